@@ -1,0 +1,3 @@
+"""Root conftest: the test suite drives real pytest sessions through pytester."""
+
+pytest_plugins = ["pytester"]

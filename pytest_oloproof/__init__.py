@@ -1,0 +1,43 @@
+"""Oloproof: evaluate RAG systems with pytest, and learn why an answer was wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+__version__ = "0.1.0"
+
+from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
+from .execute import Transient
+from .system import Passage, Retrieval, rag_system
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+__all__ = [
+    "CandidateView",
+    "ContextPassage",
+    "CriterionValue",
+    "EvalInput",
+    "Evaluator",
+    "Passage",
+    "Retrieval",
+    "Transient",
+    "evaluator",
+    "rag_system",
+]
+
+
+def evaluator(fn: F | None = None, *, name: str | None = None) -> Any:
+    """Declare a conftest.py fixture that returns an Evaluator; Oloproof runs it on every case.
+
+    Use as ``@pytest_oloproof.evaluator`` on a function returning an Evaluator
+    instance. The fixture is session-scoped and named after the function (or
+    ``name``).
+    """
+    import pytest
+
+    def wrap(f: F) -> Any:
+        f.__oloproof_evaluator__ = name or f.__name__  # type: ignore[attr-defined]
+        return pytest.fixture(scope="session", name=name)(f)
+
+    return wrap(fn) if fn is not None else wrap

@@ -1,0 +1,179 @@
+"""Per-criterion accounting (observed / missing / excluded), intervals and slices (SPEC §7, §8)."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from . import stats
+
+COMPUTED_SLICES = ("relevant_position", "context_truncated")
+
+
+def is_binary(values: Iterable[float]) -> bool:
+    return all(v in (0.0, 1.0) for v in values)
+
+
+def summarize(
+    values: Sequence[float],
+    kind: str,
+    *,
+    confidence: float,
+    seed: int,
+    clusters: Sequence[Any] | None = None,
+    infer_rate: bool = True,
+) -> dict[str, Any]:
+    """Estimate and interval for one criterion's observed values.
+
+    A criterion of 0/1 values is a proportion whatever its type (a recall@k
+    with one relevant unit per case, say), so it gets the exact binomial interval.
+    """
+    rate = kind == "rate" or (infer_rate and len(values) > 0 and is_binary(values))
+    n = len(values)
+    value = sum(values) / n if n else None
+    if rate:
+        iv = stats.rate_interval(values, confidence, seed=seed, clusters=clusters)
+    else:
+        iv = stats.mean_interval(values, confidence, seed=seed, clusters=clusters)
+    out: dict[str, Any] = {
+        "kind": "rate" if rate else "mean",
+        "value": value,
+        "low": iv.low,
+        "high": iv.high,
+        "method": iv.method,
+        "observed": n,
+    }
+    if rate:
+        out["passed"] = round(sum(values))
+    if iv.note:
+        out["note"] = iv.note
+    return out
+
+
+def compute_metrics(
+    cases: Sequence[Mapping[str, Any]],
+    criteria: Sequence[tuple[str, str]],
+    *,
+    confidence: float,
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """One entry per criterion: estimate, interval, and the full accounting."""
+    clustered = any((c.get("metadata") or {}).get("cluster") is not None for c in cases)
+    out: dict[str, dict[str, Any]] = {}
+    for name, kind in criteria:
+        values: list[float] = []
+        clusters: list[Any] = []
+        missing: Counter[str] = Counter()
+        excluded: Counter[str] = Counter()
+        for c in cases:
+            cv = (c.get("criteria") or {}).get(name)
+            if cv is None:
+                continue
+            if cv["status"] == "observed":
+                values.append(float(cv["value"]))
+                clusters.append((c.get("metadata") or {}).get("cluster"))
+            elif cv["status"] == "missing":
+                missing[_reason_key(cv.get("reason"))] += 1
+            else:
+                excluded[cv.get("reason") or "excluded"] += 1
+        m = summarize(values, kind, confidence=confidence, seed=seed, clusters=clusters if clustered else None)
+        m.update(
+            {
+                "missing": sum(missing.values()),
+                "excluded": sum(excluded.values()),
+                "excluded_reasons": dict(excluded),
+                "missing_reasons": dict(missing),
+                "confidence": confidence,
+                "clustered": clustered,
+            }
+        )
+        out[name] = m
+    return out
+
+
+def _reason_key(reason: str | None) -> str:
+    return (reason or "missing").split(":", 1)[0]
+
+
+def slice_value(case: Mapping[str, Any], name: str) -> str | None:
+    """The case's value for a slice, or None when the slice does not apply to it."""
+    if name == "relevant_position":
+        v = case.get("relevant_position")
+        return None if v is None else str(v)
+    if name == "context_truncated":
+        if case.get("retrieval") is None and case.get("error") is None:
+            return None
+        return "true" if case.get("context_truncated") else "false"
+    key = name.removeprefix("metadata.")
+    meta = case.get("metadata") or {}
+    if key not in meta:
+        return None
+    v = meta[key]
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def compute_slices(
+    cases: Sequence[Mapping[str, Any]],
+    slices: Sequence[str],
+    criteria: Sequence[tuple[str, str]],
+    *,
+    min_support: int,
+    confidence: float,
+    seed: int,
+    kinds: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Exploratory breakdowns; values with too little support get a count and no estimate.
+
+    `kinds` carries each criterion's kind as decided over the whole run, so a
+    slice never reports a graded metric as a rate just because its few values are 0/1.
+    """
+    rows: list[dict[str, Any]] = []
+    for sl in slices:
+        groups: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+        for c in cases:
+            v = slice_value(c, sl)
+            if v is not None:
+                groups[v].append(c)
+        for value in sorted(groups, key=_slice_order):
+            members = groups[value]
+            for name, kind in criteria:
+                kind = kinds.get(name, kind) if kinds else kind
+                vals = [
+                    float(c["criteria"][name]["value"])
+                    for c in members
+                    if (c.get("criteria") or {}).get(name, {}).get("status") == "observed"
+                ]
+                row: dict[str, Any] = {"slice": sl, "value": value, "criterion": name, "support": len(vals)}
+                if len(vals) < min_support:
+                    row["insufficient_support"] = True
+                else:
+                    m = summarize(vals, kind, confidence=confidence, seed=seed, infer_rate=kinds is None)
+                    row.update({"kind": m["kind"], "value_estimate": m["value"], "low": m["low"], "high": m["high"]})
+                    if "passed" in m:
+                        row["passed"] = m["passed"]
+                rows.append(row)
+    return rows
+
+
+def _slice_order(v: str) -> tuple[int, Any]:
+    if v.isdigit():
+        return (0, int(v))
+    return (1, v)
+
+
+def cache_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Hit/miss counts per cache, summed from per-case records (so xdist gives the same totals)."""
+    counts = {k: {"hit": 0, "miss": 0} for k in ("execution", "judgment", "retrieve", "generate")}
+    for c in cases:
+        cache = c.get("cache") or {}
+        for k in ("execution", "retrieve", "generate"):
+            v = cache.get(k)
+            if v in ("hit", "miss"):
+                counts[k][v] += 1
+        j = cache.get("judgment") or {}
+        counts["judgment"]["hit"] += int(j.get("hit", 0))
+        counts["judgment"]["miss"] += int(j.get("miss", 0))
+    return counts

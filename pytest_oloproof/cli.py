@@ -1,0 +1,191 @@
+"""The `oloproof` command: a thin argparse face over the same core the plugin uses."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .errors import OloproofError
+from .store import Store
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 4
+
+
+class UsageError(OloproofError):
+    """Bad command-line usage: exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse exits 2 itself; keep our prefix
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"oloproof: error: {message}\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _store_from(args: argparse.Namespace) -> Store:
+    """The store named by --store, else the one of the config (--config or ./oloproof.yaml)."""
+    if getattr(args, "store", None):
+        return Store(Path(args.store).resolve())
+    cfg_path = Path(getattr(args, "config", None) or "oloproof.yaml")
+    if cfg_path.is_file():
+        from .config import load_config
+
+        return Store(load_config(cfg_path).store_dir)
+    if getattr(args, "config", None):
+        raise UsageError(f"--config: {cfg_path} does not exist")
+    return Store(Path(".oloproof").resolve())
+
+
+def _emit(args: argparse.Namespace, doc: Any, lines: Sequence[str]) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+    else:
+        for line in lines:
+            print(line)
+
+
+# ------------------------------------------------------------------ commands
+
+
+def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
+    import pytest
+
+    code = int(pytest.main(["--oloproof", *rest]))
+    return {4: EXIT_USAGE}.get(code, code)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = _store_from(args)
+    rows = []
+    for run_id in store.run_ids():
+        h = store.run_header(run_id)
+        rows.append(
+            {
+                "run_id": run_id,
+                "status": h.get("status"),
+                "purpose": h.get("purpose", "run"),
+                "started_at": h.get("started_at"),
+                "system": (h.get("system") or {}).get("name"),
+                "version": (h.get("system") or {}).get("version"),
+                "cases": (h.get("counts") or {}).get("cases"),
+            }
+        )
+    lines = [
+        f"{r['run_id']}  {r['status']:<10}  {r['started_at'] or '':<24}  {r['system']} {r['version'] or ''}"
+        f"  {r['cases'] if r['cases'] is not None else '?'} cases  {r['purpose']}"
+        for r in rows
+    ] or [f"no runs in {store.root}"]
+    _emit(args, {"store": str(store.root), "runs": rows}, lines)
+    return EXIT_OK
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from .render import case_line, run_summary
+
+    store = _store_from(args)
+    kind, full = store.resolve(args.id)
+    if kind == "run":
+        record = store.load_run(full)
+        lines = run_summary(record, store_root=str(store.root))
+        lines.append("Cases:")
+        lines += [f"  {case_line(c)}" for c in record.get("cases", [])]
+        _emit(args, record, lines)
+        return EXIT_OK
+    doc = store.load_doc(kind, full)
+    renderer = INSPECTORS.get(kind)
+    lines = renderer(doc, full) if renderer else [json.dumps(doc, indent=2)]
+    _emit(args, {"id": full, **doc}, lines)
+    return EXIT_OK
+
+
+INSPECTORS: dict[str, Callable[[dict[str, Any], str], list[str]]] = {}
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from .cache import Caches
+
+    store = _store_from(args)
+    caches = Caches(store.cache_dir)
+    try:
+        if args.action == "clear":
+            n = caches.clear()
+            _emit(
+                args, {"cleared": n, "directory": str(store.cache_dir)}, [f"cleared {n} entries from {store.cache_dir}"]
+            )
+        else:
+            counts = caches.stats()
+            lines = [f"{store.cache_dir}"] + [f"  {k}: {v} entries" for k, v in counts.items()]
+            _emit(args, {"directory": str(store.cache_dir), "entries": counts}, lines)
+    finally:
+        caches.close()
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------ parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="oloproof", description="Evaluate RAG systems and learn why answers were wrong.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", metavar="PATH", help="oloproof.yaml (default: ./oloproof.yaml)")
+        p.add_argument("--store", metavar="DIR", help="store folder (default: the config's `store`)")
+        p.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+    sub.add_parser("run", help="run pytest with --oloproof; other arguments go to pytest", add_help=False)
+    p = sub.add_parser("runs", help="list stored runs, newest first")
+    common(p)
+    p = sub.add_parser("inspect", help="show a run, diagnosis or comparison (id or unique prefix)")
+    p.add_argument("id")
+    common(p)
+    p = sub.add_parser("cache", help="cache statistics or clearing")
+    p.add_argument("action", choices=["stats", "clear"])
+    common(p)
+    for extend in EXTENSIONS:
+        extend(sub, common)
+    return parser
+
+
+#: other modules add subcommands here (diagnose, compare, validate-judge)
+EXTENSIONS: list[Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = []
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "runs": cmd_runs,
+    "inspect": cmd_inspect,
+    "cache": cmd_cache,
+}
+
+
+def _load_extensions() -> None:
+    from . import cli_extensions  # noqa: F401 - registers diagnose/compare/validate-judge
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "run":
+            return cmd_run(argparse.Namespace(), argv[1:])
+        _load_extensions()
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        return COMMANDS[args.command](args)
+    except SystemExit as exc:
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    except OloproofError as exc:
+        sys.stderr.write(f"oloproof: error: {exc}\n")
+        return getattr(exc, "exit_code", EXIT_USAGE)
+    except KeyboardInterrupt:
+        sys.stderr.write("oloproof: interrupted\n")
+        return EXIT_USAGE
+    except Exception:
+        sys.stderr.write("oloproof: internal error\n" + traceback.format_exc())
+        return EXIT_INTERNAL
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""Exceptions shared by the core, the plugin and the CLI."""
+
+from __future__ import annotations
+
+
+class OloproofError(Exception):
+    """Base class for errors Oloproof reports to the user."""
+
+
+class ConfigError(OloproofError):
+    """Invalid configuration (oloproof.yaml, compare.yaml, CLI options): exit 2."""
+
+
+class CaseFileError(OloproofError):
+    """Invalid case files; raised before anything runs or is written."""
+
+    def __init__(self, errors: list[str]) -> None:
+        self.errors = list(errors)
+        super().__init__("invalid case file(s):\n  " + "\n  ".join(self.errors))
+
+
+class ContractError(OloproofError):
+    """A system broke the stage contract of SPEC §1 for one case."""
+
+
+class StoreError(OloproofError):
+    """Unknown or unreadable ids in the store: exit 2."""

@@ -1,0 +1,136 @@
+"""Running evaluators on one executed case, through the judgment cache (SPEC §5, §7)."""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import metrics
+from .cache import Caches
+from .cases import Case
+from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
+from .evaluators.retrieval import qrels_of, units_of
+from .identity import context_identity, judgment_key
+
+
+def eval_input(case: Case, rec: Mapping[str, Any], gold: Sequence[Mapping[str, Any]] | None = None) -> EvalInput:
+    """What evaluators see: the case, the output, the recorded retrieval and the context generate() got."""
+    retrieval = rec.get("retrieval")
+    views = None
+    context = None
+    if retrieval is not None:
+        views = [
+            CandidateView(c["position"], c["doc_id"], c.get("chunk_id"), c.get("score"), c.get("text"), c.get("tokens"))
+            for c in retrieval
+        ]
+        if rec.get("gold_context") and gold is not None:
+            context = [ContextPassage(g.get("doc_id") or "gold", g.get("chunk_id"), g.get("text")) for g in gold]
+        else:
+            by_pos = {c["position"]: c for c in retrieval}
+            context = [
+                ContextPassage(by_pos[p]["doc_id"], by_pos[p].get("chunk_id"), by_pos[p].get("text"), p)
+                for p in rec.get("context") or []
+            ]
+    return EvalInput(
+        case_id=case.id,
+        input=case.input,
+        expected=case.expected,
+        metadata=case.metadata,
+        output=rec.get("output"),
+        retrieval=views,
+        context=context,
+    )
+
+
+def relevant_position(case: Case, rec: Mapping[str, Any], unit: str = "document") -> int | str | None:
+    """Best-placed relevant unit's position; "none" if labelled but not retrieved; None if not applicable."""
+    retrieval = rec.get("retrieval")
+    if case.relevant is None or retrieval is None:
+        return None
+    qrels = qrels_of(case.relevant, unit)  # type: ignore[arg-type]
+    views = [CandidateView(c["position"], c["doc_id"], c.get("chunk_id"), None, None) for c in retrieval]
+    try:
+        pos = metrics.best_relevant_position(units_of(views, unit), qrels)  # type: ignore[arg-type]
+    except metrics.NoRelevantUnits:
+        return None
+    return "none" if pos is None else pos
+
+
+def _reads(ev: Evaluator, x: EvalInput) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "output" in ev.reads:
+        out["output"] = x.output
+    if "context" in ev.reads:
+        out["context"] = None if x.context is None else context_identity(x.context)
+    if "retrieval" in ev.reads:
+        out["retrieval"] = None if x.retrieval is None else [[c.doc_id, c.chunk_id] for c in x.retrieval]
+    if "input" in ev.reads:
+        out["input"] = x.input
+    return out
+
+
+def evaluate_record(
+    case: Case,
+    rec: dict[str, Any],
+    evaluators: Sequence[Evaluator],
+    caches: Caches,
+    *,
+    relevance_unit: str = "document",
+    gold: Sequence[Mapping[str, Any]] | None = None,
+    bypass_judgment: bool = False,
+) -> dict[str, Any]:
+    """Add criteria, relevant_position and judgment cache counts to an execution record."""
+    criteria: dict[str, dict[str, Any]] = {}
+    hits = misses = 0
+    error = rec.get("error")
+    x = eval_input(case, rec, gold) if not error else None
+    for ev in evaluators:
+        if error or x is None:
+            value = CriterionValue.missing(
+                error["reason"] if error else "system_error", detail={"message": error["message"] if error else ""}
+            )
+        else:
+            value, hit = _judge(ev, x, caches, bypass_judgment)
+            hits += hit
+            misses += not hit
+        criteria[ev.criterion] = value.to_json()
+    rec["criteria"] = criteria
+    rec["relevant_position"] = relevant_position(case, rec, relevance_unit)
+    rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
+    return rec
+
+
+def _judge(ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool) -> tuple[CriterionValue, bool]:
+    try:
+        key = judgment_key(ev.type or type(ev).__name__, ev.settings(), x.expected, _reads(ev, x))
+    except (TypeError, ValueError):
+        key = None
+    if key is not None:
+        cached = caches.get("judgment", key, bypass=bypass)
+        if isinstance(cached, dict):
+            try:
+                return CriterionValue.from_json(cached), True
+            except (KeyError, TypeError):
+                pass
+    try:
+        value = ev.evaluate(x)
+        if not isinstance(value, CriterionValue):
+            raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
+    except Exception as exc:
+        return CriterionValue.missing(
+            f"evaluator_error: {type(exc).__name__}: {exc}", detail={"traceback": traceback.format_exc()}
+        ), False
+    if key is not None and value.status != "missing":
+        caches.put("judgment", key, value.to_json(), bypass=bypass)
+    return value, False
+
+
+def failed_criteria(rec: Mapping[str, Any], evaluators: Sequence[Evaluator]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Asserting criteria whose observed value is below 1 (a fail)."""
+    out = []
+    for ev in evaluators:
+        c = rec["criteria"].get(ev.criterion)
+        if ev.asserts and c and c["status"] == "observed" and c["value"] < 1.0:
+            out.append((ev.criterion, c))
+    return out

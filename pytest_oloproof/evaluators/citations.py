@@ -1,0 +1,60 @@
+"""citation_validity: every cited id must be a passage of the context generate() received."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .base import CriterionValue, EvalInput, Evaluator
+
+
+class CitationValidity(Evaluator):
+    """Pass when each citation names a passage of the context (doc_id, and chunk_id when given)."""
+
+    type = "citation_validity"
+    kind = "rate"
+    reads = frozenset({"output", "context"})
+    needs_rag = True
+
+    def __init__(
+        self,
+        criterion: str | None = None,
+        asserts: bool | None = None,
+        *,
+        field: str = "citations",
+        require_citations: bool = False,
+    ) -> None:
+        super().__init__(criterion or "citations_valid", asserts)
+        self.field = field
+        self.require_citations = require_citations
+
+    def settings(self) -> dict[str, Any]:
+        return {"field": self.field, "require_citations": self.require_citations}
+
+    def evaluate(self, x: EvalInput) -> CriterionValue:
+        if x.context is None:
+            return CriterionValue.excluded("no_context")
+        cited: Any = x.output.get(self.field) if isinstance(x.output, Mapping) else None
+        if cited is None:
+            cited = []
+        if not isinstance(cited, (list, tuple)):
+            cited = [cited]
+        docs = {p.doc_id for p in x.context}
+        chunks = {(p.doc_id, p.chunk_id) for p in x.context}
+        invalid = []
+        for c in cited:
+            if isinstance(c, Mapping):
+                doc, chunk = c.get("doc_id"), c.get("chunk_id")
+                ok = (doc, chunk) in chunks if chunk is not None else doc in docs
+            else:
+                ok = str(c) in docs
+            if not ok:
+                invalid.append(c)
+        context_ids = sorted(docs)
+        if not cited and self.require_citations:
+            return CriterionValue.observed(False, expected="at least one citation", actual="no citations")
+        if invalid:
+            return CriterionValue.observed(
+                False, expected=f"citations among {context_ids}", actual=f"invalid citations {invalid}"
+            )
+        return CriterionValue.observed(True, expected=f"citations among {context_ids}", actual=list(cited))

@@ -1,0 +1,480 @@
+"""One case through the stages and caches (SPEC §2, §5, §9 interventions, §11 policy).
+
+The pipeline is written once, as a generator that yields each call into the
+user's system; a sync driver and an async driver run it. So threads, an event
+loop, interventions and caching all share one path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+import traceback
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .assembly import assemble
+from .cache import Caches
+from .cases import Case
+from .config import LoadedConfig
+from .errors import ConfigError, ContractError
+from .identity import canonical_json, execution_key, generate_key, retrieve_key
+from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object
+
+
+class Transient(Exception):
+    """Raise (or subclass) this from a stage to ask Oloproof to retry the case (`retries`)."""
+
+
+@dataclass
+class ResolvedSystem:
+    """The system under test with its effective settings (decorator overridden by config)."""
+
+    kind: str  # "rag" | "callable"
+    obj: Any
+    config: dict[str, Any]
+    transient: tuple[type[BaseException], ...] = (Transient,)
+
+    @property
+    def is_rag(self) -> bool:
+        return self.kind == "rag"
+
+
+def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
+    """Import the system and merge decorator settings with oloproof.yaml (the file wins)."""
+    s = cfg.settings.system
+    if s.rag is not None:
+        target = load_object(s.rag.object, cfg.base_dir, what="system.rag.object")
+        cls = target if inspect.isclass(target) else type(target)
+        declared = dict(getattr(cls, "__oloproof_rag__", None) or {})
+        if not callable(getattr(target, "retrieve", None)) or not callable(getattr(target, "generate", None)):
+            raise ConfigError(
+                f"{cfg.path}: system.rag.object: {s.rag.object!r} has no retrieve() and generate(); "
+                "decorate a class with @rag_system or use system.object for a plain callable"
+            )
+        merged = dict(declared)
+        for key in RAG_SETTINGS:
+            value = getattr(s.rag, key)
+            if value is not None:
+                merged[key] = value
+        for key in ("name", "version"):
+            if getattr(s, key) is not None:
+                merged[key] = getattr(s, key)
+        if merged.get("depth") is None:
+            raise ConfigError(f"{cfg.path}: system.rag.depth: required (set depth in @rag_system or here)")
+        obj = target() if inspect.isclass(target) else target
+        config = {
+            "kind": "rag",
+            "object": s.rag.object,
+            "name": merged.get("name") or cls.__name__,
+            "version": merged.get("version"),
+            "depth": merged["depth"],
+            "top_k": merged.get("top_k") or merged["depth"],
+            "token_budget": merged.get("token_budget"),
+            "index_version": merged.get("index_version"),
+        }
+        if config["token_budget"] is not None and not callable(getattr(obj, "count_tokens", None)):
+            raise ConfigError(
+                f"{cfg.path}: system.rag.token_budget is set but {s.rag.object} has no count_tokens(passage); "
+                "add one (Oloproof never estimates tokens) or remove token_budget"
+            )
+        if config["top_k"] > config["depth"]:
+            raise ConfigError(f"{cfg.path}: system.rag.top_k: {config['top_k']} is larger than depth {config['depth']}")
+        extra = tuple(getattr(obj, "transient_errors", ()) or ())
+        return ResolvedSystem("rag", obj, config, (Transient, *extra))
+    assert s.object is not None
+    fn = load_object(s.object, cfg.base_dir, what="system.object")
+    if not callable(fn):
+        raise ConfigError(f"{cfg.path}: system.object: {s.object!r} is not callable")
+    config = {
+        "kind": "callable",
+        "object": s.object,
+        "name": s.name or getattr(fn, "__name__", "system"),
+        "version": s.version,
+    }
+    extra = tuple(getattr(fn, "transient_errors", ()) or ())
+    return ResolvedSystem("callable", fn, config, (Transient, *extra))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to execute a case: normally, or under a diagnosis intervention."""
+
+    label: str = "normal"
+    bypass_cache: bool = False
+    recorded: Sequence[Mapping[str, Any]] | None = None  # replay these candidates; no retriever call
+    gold_context: Sequence[Mapping[str, Any]] | None = None  # the whole context, instead of assembly
+    top_k: int | None = None
+    reranker: Callable[..., Any] | None = None
+    query: Any = None
+
+
+NORMAL = Plan()
+
+
+@dataclass
+class _Call:
+    stage: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+class StageFailure(Exception):
+    def __init__(self, stage: str, exc: BaseException, tb: str) -> None:
+        self.stage, self.exc, self.tb = stage, exc, tb
+        super().__init__(str(exc))
+
+
+@dataclass
+class Engine:
+    """Executes cases of one system with its caches; thread-safe if the system is."""
+
+    system: ResolvedSystem
+    caches: Caches
+    timeout_s: float | None = None
+    retries: int = 0
+    backoff_s: float = 0.05
+    base_dir: Path | None = None
+    _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+
+    # ------------------------------------------------------------ pipeline
+
+    def _pipeline(self, case: Case, plan: Plan) -> Generator[_Call, Any, dict[str, Any]]:
+        sysconf = self.system.config
+        rec: dict[str, Any] = {
+            "id": case.id,
+            "plan": plan.label,
+            "retrieval": None,
+            "context": None,
+            "dropped": [],
+            "context_truncated": False,
+            "output": None,
+            "error": None,
+            "cache": {"execution": "miss", "retrieve": None, "generate": None},
+        }
+        use_exec_cache = plan is NORMAL or plan.label == "normal"
+        bypass = plan.bypass_cache
+        ekey = execution_key(sysconf, case.input)
+        if use_exec_cache:
+            hit = self.caches.get("execution", ekey, bypass=bypass)
+            if isinstance(hit, dict):
+                rec.update(hit)
+                rec["cache"] = {"execution": "hit", "retrieve": None, "generate": None}
+                return rec
+        if not self.system.is_rag:
+            output = yield _Call("call", self.system.obj, (case.input,))
+            _check_json(output, case.id, "system")
+            rec["output"] = output
+            if use_exec_cache:
+                self.caches.put("execution", ekey, _cacheable(rec), bypass=bypass)
+            return rec
+
+        obj = self.system.obj
+        depth = sysconf["depth"]
+        # -- retrieve (or replay the recorded candidates)
+        if plan.recorded is not None:
+            candidates = [dict(c) for c in plan.recorded]
+            rec["cache"]["retrieve"] = None
+        else:
+            rkey = retrieve_key(sysconf, case.input)
+            cached = self.caches.get("retrieve", rkey, bypass=bypass)
+            if isinstance(cached, list):
+                candidates = cached
+                rec["cache"]["retrieve"] = "hit"
+            else:
+                result = yield _Call("retrieve", obj.retrieve, (case.input, depth))
+                retrieval = check_retrieval(result, depth, case.id)
+                candidates = []
+                for pos, p in enumerate(retrieval.candidates, 1):
+                    tokens = None
+                    if callable(getattr(obj, "count_tokens", None)):
+                        t = yield _Call("count_tokens", obj.count_tokens, (p,))
+                        tokens = check_tokens(t, case.id, pos)
+                    candidates.append(
+                        {
+                            "position": pos,
+                            "doc_id": p.doc_id,
+                            "chunk_id": p.chunk_id,
+                            "score": None if p.score is None else float(p.score),
+                            "tokens": tokens,
+                            "text": p.text,
+                            "metadata": dict(p.metadata) if p.metadata else None,
+                        }
+                    )
+                _check_json(candidates, case.id, "retrieve() candidates")
+                rec["cache"]["retrieve"] = "miss"
+                self.caches.put("retrieve", rkey, candidates, bypass=bypass)
+        if plan.reranker is not None:
+            candidates = yield from self._rerank(case, plan, candidates)
+        rec["retrieval"] = candidates
+
+        # -- assemble
+        if plan.gold_context is not None:
+            context = [
+                Passage(doc_id=g.get("doc_id") or "gold", text=g.get("text"), chunk_id=g.get("chunk_id"))
+                for g in plan.gold_context
+            ]
+            rec["context"] = []
+            rec["gold_context"] = True
+        else:
+            top_k = plan.top_k or sysconf["top_k"]
+            budget = sysconf.get("token_budget")
+            tokens = [c.get("tokens") for c in candidates]
+            if budget is not None:
+                for c in candidates:
+                    if c.get("tokens") is None:
+                        t = yield _Call("count_tokens", obj.count_tokens, (_passage(c),))
+                        c["tokens"] = check_tokens(t, case.id, c["position"])
+                tokens = [c["tokens"] for c in candidates]
+            asm = assemble(len(candidates), top_k, budget, tokens)
+            by_pos = {c["position"]: c for c in candidates}
+            context = [_passage(by_pos[p]) for p in asm.kept]
+            rec["context"] = list(asm.kept)
+            rec["dropped"] = [{"position": p, "reason": r} for p, r in asm.dropped]
+            rec["context_truncated"] = asm.truncated
+
+        # -- generate
+        gkey = generate_key(sysconf, case.input, context)
+        gen_bypass = bypass or plan.gold_context is not None or plan.recorded is not None
+        cached_out = self.caches.get("generate", gkey, bypass=gen_bypass)
+        if isinstance(cached_out, dict) and "output" in cached_out:
+            rec["output"] = cached_out["output"]
+            rec["cache"]["generate"] = "hit"
+        else:
+            output = yield _Call("generate", obj.generate, (case.input, tuple(context)))
+            if not isinstance(output, Mapping):
+                raise ContractError(
+                    f"case {case.id!r}: generate() must return a JSON-serialisable mapping "
+                    f"(e.g. {{'answer': ...}}), got {type(output).__name__}"
+                )
+            output = dict(output)
+            _check_json(output, case.id, "generate()")
+            rec["output"] = output
+            rec["cache"]["generate"] = "miss"
+            self.caches.put("generate", gkey, {"output": output}, bypass=gen_bypass)
+        if use_exec_cache:
+            self.caches.put("execution", ekey, _cacheable(rec), bypass=bypass)
+        return rec
+
+    def _rerank(
+        self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
+    ) -> Generator[_Call, Any, list[dict[str, Any]]]:
+        passages = tuple(_passage(c) for c in candidates)
+        query = plan.query if plan.query is not None else case.input
+        result = yield _Call("reranker", plan.reranker, (query, passages))  # type: ignore[arg-type]
+        if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
+            raise ContractError(f"case {case.id!r}: the reranker must return a sequence of Passage")
+        originals = {(c["doc_id"], c["chunk_id"], c["text"]): c for c in candidates}
+        out = []
+        for pos, p in enumerate(result, 1):
+            src = originals.get((p.doc_id, p.chunk_id, p.text), {})
+            out.append(
+                {
+                    "position": pos,
+                    "doc_id": p.doc_id,
+                    "chunk_id": p.chunk_id,
+                    "score": None if p.score is None else float(p.score),
+                    "tokens": src.get("tokens"),
+                    "text": p.text,
+                    "metadata": dict(p.metadata) if p.metadata else None,
+                    "original_position": src.get("position"),
+                }
+            )
+        return out
+
+    # ------------------------------------------------------------ drivers
+
+    def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
+        """Run one case synchronously with retries; never raises for system errors."""
+        return self._with_retries(case, plan, lambda: self._drive_sync(case, plan))
+
+    async def aexecute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
+        """Run one case on the current event loop (async stages awaited, sync ones in threads)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            try:
+                coro = self._drive_async(case, plan)
+                rec = await (asyncio.wait_for(coro, self.timeout_s) if self.timeout_s else coro)
+            except asyncio.TimeoutError:
+                rec = self._timeout_record(case, plan)
+            rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
+            rec["attempts"] = attempt
+            if not self._should_retry(rec, attempt):
+                return rec
+            await asyncio.sleep(self._backoff(attempt))
+
+    def _with_retries(self, case: Case, plan: Plan, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        attempt = 0
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            if self.timeout_s:
+                rec = self._run_with_timeout(case, plan, run)
+            else:
+                rec = run()
+            rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
+            rec["attempts"] = attempt
+            if not self._should_retry(rec, attempt):
+                return rec
+            self._sleep(self._backoff(attempt))
+
+    def _run_with_timeout(self, case: Case, plan: Plan, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+        import threading
+
+        box: dict[str, Any] = {}
+
+        def target() -> None:
+            box["rec"] = run()
+
+        t = threading.Thread(target=target, name=f"oloproof-case-{case.id}", daemon=True)
+        t.start()
+        t.join(self.timeout_s)
+        if t.is_alive():
+            return self._timeout_record(case, plan)
+        return box["rec"]
+
+    def _timeout_record(self, case: Case, plan: Plan) -> dict[str, Any]:
+        return _error_record(
+            case,
+            plan,
+            "timeout",
+            {
+                "stage": "timeout",
+                "type": "Timeout",
+                "message": f"case did not finish within timeout_s={self.timeout_s}",
+                "traceback": "",
+                "transient": False,
+                "reason": "timeout",
+            },
+        )
+
+    def _should_retry(self, rec: Mapping[str, Any], attempt: int) -> bool:
+        err = rec.get("error")
+        return bool(err and err.get("transient") and attempt <= self.retries)
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.backoff_s * (2 ** (attempt - 1)), 5.0))
+
+    def _drive_sync(self, case: Case, plan: Plan) -> dict[str, Any]:
+        gen = self._pipeline(case, plan)
+        timings: dict[str, float] = {}
+        try:
+            call = next(gen)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    value = call.fn(*call.args)
+                    if inspect.isawaitable(value):
+                        value = asyncio.run(_await(value))
+                except Exception as exc:
+                    timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
+                    raise StageFailure(call.stage, exc, traceback.format_exc()) from exc
+                timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
+                call = gen.send(value)
+        except StopIteration as stop:
+            rec: dict[str, Any] = stop.value
+            rec["timings"] = timings
+            return rec
+        except StageFailure as f:
+            return self._failure(case, plan, f.stage, f.exc, f.tb, timings)
+        except ContractError as exc:
+            return self._failure(case, plan, "contract", exc, "", timings)
+
+    async def _drive_async(self, case: Case, plan: Plan) -> dict[str, Any]:
+        gen = self._pipeline(case, plan)
+        timings: dict[str, float] = {}
+        try:
+            call = next(gen)
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    if inspect.iscoroutinefunction(call.fn):
+                        value = await call.fn(*call.args)
+                    else:
+                        value = call.fn(*call.args)
+                        if inspect.isawaitable(value):
+                            value = await value
+                except Exception as exc:
+                    raise StageFailure(call.stage, exc, traceback.format_exc()) from exc
+                finally:
+                    timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
+                call = gen.send(value)
+        except StopIteration as stop:
+            rec: dict[str, Any] = stop.value
+            rec["timings"] = timings
+            return rec
+        except StageFailure as f:
+            return self._failure(case, plan, f.stage, f.exc, f.tb, timings)
+        except ContractError as exc:
+            return self._failure(case, plan, "contract", exc, "", timings)
+
+    def _failure(
+        self, case: Case, plan: Plan, stage: str, exc: BaseException, tb: str, timings: dict[str, float]
+    ) -> dict[str, Any]:
+        transient = isinstance(exc, self.system.transient)
+        if stage == "contract":
+            reason = "contract_violation"
+            message = str(exc)
+        else:
+            reason = "system_error"
+            message = f"{stage}() raised {type(exc).__name__}: {exc}"
+        rec = _error_record(
+            case,
+            plan,
+            reason,
+            {
+                "stage": stage,
+                "type": type(exc).__name__,
+                "message": message,
+                "traceback": tb,
+                "transient": transient,
+                "reason": reason,
+            },
+        )
+        rec["timings"] = timings
+        return rec
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+def _error_record(case: Case, plan: Plan, reason: str, error: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": case.id,
+        "plan": plan.label,
+        "retrieval": None,
+        "context": None,
+        "dropped": [],
+        "context_truncated": False,
+        "output": None,
+        "error": error,
+        "cache": {"execution": "miss", "retrieve": None, "generate": None},
+    }
+
+
+def _passage(c: Mapping[str, Any]) -> Passage:
+    return Passage(
+        doc_id=c["doc_id"],
+        score=c.get("score"),
+        text=c.get("text"),
+        chunk_id=c.get("chunk_id"),
+        metadata=c.get("metadata"),
+    )
+
+
+def _cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
+    keep = ("retrieval", "context", "dropped", "context_truncated", "output")
+    return {k: rec[k] for k in keep}
+
+
+def _check_json(value: Any, case_id: str, what: str) -> None:
+    try:
+        canonical_json(value)
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"case {case_id!r}: {what} returned a value that is not JSON-serialisable: {exc}") from None

@@ -1,0 +1,142 @@
+"""Text for people: the metrics table, cache lines, slices; Markdown for CI summaries."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .stats import round_outward
+
+
+def pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def fmt_interval(kind: str, low: float, high: float) -> str:
+    """Outward-rounded interval: a printed bound never claims more than the data."""
+    if kind == "rate":
+        lo, hi = round_outward(low, high, 3)
+        return f"[{lo * 100:.1f}%, {hi * 100:.1f}%]"
+    lo, hi = round_outward(low, high, 3)
+    return f"[{lo:.3f}, {hi:.3f}]"
+
+
+def fmt_estimate(m: Mapping[str, Any]) -> str:
+    v = m.get("value")
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    return pct(v) if m["kind"] == "rate" else f"{v:.3f}"
+
+
+def accounting(m: Mapping[str, Any]) -> str:
+    rest = f"{m['missing']} missing · {m['excluded']} excluded"
+    if m["kind"] == "rate":
+        return f"{m.get('passed', 0)} / {m['observed']} observed · {rest}"
+    return f"mean of {m['observed']} observed · {rest}"
+
+
+def metric_rows(metrics: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for name, m in metrics.items():
+        interval = fmt_interval(m["kind"], m["low"], m["high"]) if m["observed"] else "—"
+        rows.append((name, fmt_estimate(m), interval, accounting(m)))
+    return rows
+
+
+def table(rows: Sequence[Sequence[str]], header: Sequence[str]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "│" + "│".join(f" {c!s:<{w}} " for c, w in zip(cells, widths, strict=False)) + "│"
+
+    def rule(left: str, mid: str, right: str) -> str:
+        return left + mid.join("─" * (w + 2) for w in widths) + right
+
+    return [rule("┌", "┬", "┐"), line(header), rule("├", "┼", "┤"), *[line(r) for r in rows], rule("└", "┴", "┘")]
+
+
+def metrics_table(metrics: Mapping[str, Mapping[str, Any]], confidence: float) -> list[str]:
+    if not metrics:
+        return ["(no evaluators configured)"]
+    header = ("criterion", "estimate", f"{confidence * 100:g}% interval", "accounting")
+    lines = table(metric_rows(metrics), header)
+    for name, m in metrics.items():
+        for label, reasons in (("excluded", m.get("excluded_reasons")), ("missing", m.get("missing_reasons"))):
+            if reasons:
+                parts = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
+                lines.append(f"{name}: {label} — {parts}")
+    if any(m.get("clustered") for m in metrics.values()):
+        lines.append("Intervals resample whole clusters (metadata.cluster).")
+    return lines
+
+
+def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
+    def hm(k: str) -> str:
+        return f"{cache[k]['hit']} hit/{cache[k]['miss']} miss"
+
+    return [
+        f"Cache: execution {hm('execution')}; judgment {hm('judgment')}",
+        f"Stages: retrieve {hm('retrieve')}; generate {hm('generate')}",
+    ]
+
+
+def slice_lines(slices: Sequence[Mapping[str, Any]], min_support: int) -> list[str]:
+    if not slices:
+        return []
+    lines = ["Slices (exploratory; estimates within a slice are not population claims)"]
+    for row in slices:
+        head = f"  {row['slice']}={row['value']}  {row['criterion']}"
+        if row.get("insufficient_support"):
+            lines.append(f"{head}  {row['support']} observed · insufficient support (min {min_support})")
+            continue
+        m = {"kind": row["kind"], "value": row["value_estimate"]}
+        est = fmt_estimate(m)
+        iv = fmt_interval(row["kind"], row["low"], row["high"])
+        count = f"{row['passed']} / {row['support']}" if row["kind"] == "rate" else f"mean of {row['support']}"
+        lines.append(f"{head}  {est} {iv} · {count} observed")
+    return lines
+
+
+def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
+    lines = metrics_table(record.get("metrics") or {}, float(record.get("confidence", 0.95)))
+    lines += cache_lines(record["cache"])
+    lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
+    errors = (record.get("counts") or {}).get("errors", 0)
+    if errors:
+        lines.append(f"System errors: {errors} case(s) missing for every criterion (see the run record)")
+    where = f" in {store_root}" if store_root else ""
+    lines.append(f"Run {record['run_id']} ({record['status']}, {len(record.get('cases') or [])} cases) stored{where}")
+    return lines
+
+
+def markdown_summary(record: Mapping[str, Any]) -> str:
+    """A GitHub step-summary section for one run."""
+    conf = float(record.get("confidence", 0.95))
+    out = [
+        f"### Oloproof · {record['system']['name']} · `{record['run_id']}` ({record['status']})",
+        "",
+        f"| criterion | estimate | {conf * 100:g}% interval | accounting |",
+        "|---|---|---|---|",
+    ]
+    for name, est, iv, acc in metric_rows(record.get("metrics") or {}):
+        out.append(f"| {name} | {est} | {iv} | {acc} |")
+    out.append("")
+    out += [f"`{line}`  " for line in cache_lines(record["cache"])]
+    return "\n".join(out) + "\n"
+
+
+def case_line(c: Mapping[str, Any]) -> str:
+    """One line per case for `oloproof inspect RUN`."""
+    parts = []
+    for name, cv in (c.get("criteria") or {}).items():
+        if cv["status"] == "observed":
+            v = cv["value"]
+            parts.append(f"{name}={'pass' if v == 1.0 else ('fail' if v == 0.0 else f'{v:.3f}')}")
+        else:
+            parts.append(f"{name}={cv['status']}({cv.get('reason')})")
+    pos = c.get("relevant_position")
+    extra = f" · relevant position {pos}" if pos is not None else ""
+    trunc = " · context truncated" if c.get("context_truncated") else ""
+    err = f" · error: {c['error']['message']}" if c.get("error") else ""
+    return f"{c['id']}: {', '.join(parts)}{extra}{trunc}{err}"

@@ -1,0 +1,267 @@
+"""A prepared evaluation and a run being recorded: the core both faces (plugin, CLI) drive."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+from .aggregate import cache_counts, compute_metrics, compute_slices
+from .cache import CacheMode, Caches
+from .cases import Case, load_cases
+from .config import LoadedConfig, load_config
+from .errors import ConfigError
+from .evaluation import evaluate_record
+from .evaluators import Registry
+from .evaluators.base import Evaluator
+from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
+from .store import RunWriter, Store, new_run_id
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class Evaluation:
+    """Config, system, cases and evaluators, loaded and validated before anything runs."""
+
+    cfg: LoadedConfig
+    system: ResolvedSystem
+    cases: list[Case]
+    evaluators: list[Evaluator]
+    caches: Caches
+    store: Store
+    engine: Engine
+    registry: Registry = field(default_factory=Registry)
+
+    @classmethod
+    def load(
+        cls,
+        config_path: Path,
+        *,
+        cache_mode: CacheMode = CacheMode.READWRITE,
+        registry: Registry | None = None,
+        overrides: Mapping[str, Any] | None = None,
+        load_case_files: bool = True,
+    ) -> Evaluation:
+        cfg = load_config(config_path)
+        if overrides:
+            cfg = apply_overrides(cfg, overrides)
+        registry = registry or Registry()
+        system = resolve_system(cfg)
+        evaluators = build_evaluators(cfg, registry, system)
+        cases = load_cases(cfg.settings.cases, cfg.base_dir) if load_case_files else []
+        store = Store(cfg.store_dir)
+        caches = Caches(store.cache_dir, cache_mode)
+        engine = Engine(
+            system,
+            caches,
+            timeout_s=cfg.settings.timeout_s,
+            retries=cfg.settings.retries,
+            base_dir=cfg.base_dir,
+        )
+        return cls(cfg, system, cases, evaluators, caches, store, engine, registry)
+
+    @property
+    def relevance_unit(self) -> str:
+        for ev in self.evaluators:
+            unit = getattr(ev, "relevance_unit", None)
+            if unit:
+                return str(unit)
+        return "document"
+
+    @property
+    def is_async(self) -> bool:
+        obj = self.system.obj
+        fns = [getattr(obj, "retrieve", None), getattr(obj, "generate", None)] if self.system.is_rag else [obj]
+        return any(inspect.iscoroutinefunction(f) for f in fns if f is not None)
+
+    def criteria(self, evaluators: Sequence[Evaluator] | None = None) -> list[tuple[str, str]]:
+        return [(e.criterion, e.kind) for e in (evaluators or self.evaluators)]
+
+    def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
+        return self.engine.execute(case, plan)
+
+    def evaluate(
+        self,
+        case: Case,
+        rec: dict[str, Any],
+        evaluators: Sequence[Evaluator] | None = None,
+        *,
+        gold: Sequence[Mapping[str, Any]] | None = None,
+        bypass_judgment: bool = False,
+    ) -> dict[str, Any]:
+        rec = evaluate_record(
+            case,
+            rec,
+            evaluators or self.evaluators,
+            self.caches,
+            relevance_unit=self.relevance_unit,
+            gold=gold,
+            bypass_judgment=bypass_judgment,
+        )
+        return with_case_fields(case, rec)
+
+    def header(
+        self, *, cache_mode: CacheMode, purpose: str = "run", extra: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        s = self.cfg.settings
+        return {
+            "oloproof_version": __version__,
+            "purpose": purpose,
+            "started_at": now_iso(),
+            "config_path": str(self.cfg.path),
+            "config": self.cfg.raw,
+            "system": dict(self.system.config),
+            "evaluators": [
+                {
+                    "criterion": e.criterion,
+                    "type": e.type,
+                    "kind": e.kind,
+                    "asserts": e.asserts,
+                    "settings": safe_settings(e),
+                }
+                for e in self.evaluators
+            ],
+            "slices": list(s.slices),
+            "min_slice_support": s.min_slice_support,
+            "confidence": s.confidence,
+            "seed": s.seed,
+            "cache_mode": cache_mode.value,
+            **(dict(extra) if extra else {}),
+        }
+
+
+def safe_settings(e: Evaluator) -> dict[str, Any]:
+    try:
+        return dict(e.settings())
+    except Exception:
+        return {}
+
+
+def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
+    """Make a case record self-contained, so diagnosis and comparison need only the store."""
+    rec["input"] = case.input
+    rec["expected"] = dict(case.expected)
+    rec["metadata"] = dict(case.metadata)
+    rec["source"] = case.source
+    return rec
+
+
+def case_from_record(rec: Mapping[str, Any]) -> Case:
+    """Rebuild a Case from a stored case record."""
+    from .cases import GoldPassage, RelevantUnit
+
+    expected = dict(rec.get("expected") or {})
+    rel = expected.get("relevant")
+    gold = expected.get("gold_context")
+    return Case(
+        id=rec["id"],
+        input=rec.get("input"),
+        expected=expected,
+        metadata=dict(rec.get("metadata") or {}),
+        relevant=None
+        if rel is None
+        else tuple(RelevantUnit(r["doc_id"], r.get("chunk_id"), int(r.get("grade", 1))) for r in rel),
+        gold_context=None
+        if gold is None
+        else tuple(GoldPassage(g.get("doc_id"), g["text"], g.get("chunk_id")) for g in gold),
+        source=str(rec.get("source", "")),
+    )
+
+
+def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSystem) -> list[Evaluator]:
+    out = []
+    for i, entry in enumerate(cfg.settings.evaluators):
+        out.append(registry.build(entry, i, str(cfg.path), cfg.base_dir, is_rag=system.is_rag))
+    seen: dict[str, int] = {}
+    for i, ev in enumerate(out):
+        if ev.criterion in seen:
+            raise ConfigError(
+                f"{cfg.path}: evaluators[{i}]: criterion {ev.criterion!r} is also produced by "
+                f"evaluators[{seen[ev.criterion]}]; name one of them with criterion:"
+            )
+        seen[ev.criterion] = i
+    return out
+
+
+def apply_overrides(cfg: LoadedConfig, overrides: Mapping[str, Any]) -> LoadedConfig:
+    """Apply validated command-line overrides (e.g. concurrency) to the settings."""
+    settings = cfg.settings.model_copy(update=dict(overrides))
+    return LoadedConfig(cfg.path, settings, cfg.raw)
+
+
+class RunRecorder:
+    """Collects case records of one run, appends them to the store, and writes the final record."""
+
+    def __init__(self, store: Store, header: Mapping[str, Any], run_id: str | None = None) -> None:
+        self.run_id = run_id or new_run_id()
+        self.store = store
+        self.header = dict(header)
+        self.cases: list[dict[str, Any]] = []
+        self._writer: RunWriter | None = None
+
+    def _open(self) -> RunWriter:
+        if self._writer is None:
+            self._writer = self.store.start_run(self.run_id, self.header)
+        return self._writer
+
+    def add(self, rec: dict[str, Any]) -> None:
+        self._open().add_case(rec)
+        self.cases.append(rec)
+
+    def summarize(self) -> dict[str, Any]:
+        """Metrics, slices and cache counts for the cases recorded so far."""
+        criteria = [(e["criterion"], e["kind"]) for e in self.header.get("evaluators", [])]
+        conf = float(self.header.get("confidence", 0.95))
+        seed = int(self.header.get("seed", 0))
+        ordered = sorted(self.cases, key=lambda c: c["id"])
+        metrics = compute_metrics(ordered, criteria, confidence=conf, seed=seed)
+        return {
+            "metrics": metrics,
+            "slices": compute_slices(
+                ordered,
+                self.header.get("slices", []),
+                criteria,
+                min_support=int(self.header.get("min_slice_support", 5)),
+                confidence=conf,
+                seed=seed,
+                kinds={name: m["kind"] for name, m in metrics.items()},
+            ),
+            "cache": cache_counts(self.cases),
+            "counts": {
+                "cases": len(self.cases),
+                "errors": sum(1 for c in self.cases if c.get("error")),
+            },
+        }
+
+    def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
+        self._open().finish(record)
+        return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
+
+def run_cases(
+    ev: Evaluation,
+    cases: Iterable[Case],
+    recorder: RunRecorder,
+    plan_for: Callable[[Case], Plan] | None = None,
+    evaluators: Sequence[Evaluator] | None = None,
+    gold_for: Callable[[Case], Sequence[Mapping[str, Any]] | None] | None = None,
+    bypass_judgment: bool = False,
+) -> None:
+    """Execute and evaluate cases in order without pytest (diagnosis child runs, CLI)."""
+    for case in cases:
+        plan = plan_for(case) if plan_for else NORMAL
+        rec = ev.execute(case, plan)
+        gold = gold_for(case) if gold_for else None
+        recorder.add(ev.evaluate(case, rec, evaluators, gold=gold, bypass_judgment=bypass_judgment))

@@ -1,0 +1,182 @@
+"""The store (SPEC §13): runs, diagnoses and comparisons on disk, atomic writes, id and prefix lookup."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from ulid import ULID
+
+from .errors import StoreError
+from .identity import canonical_json, sha256_of
+
+RUN_SCHEMA = "oloproof.run/1"
+KIND_DIRS = {"run": "runs", "diagnosis": "diagnoses", "comparison": "comparisons"}
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a whole file or nothing: temp file in the same folder, fsync, rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: Path, data: Any) -> None:
+    atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def new_run_id() -> str:
+    return f"run_{ULID()}"
+
+
+class RunWriter:
+    """Writes one run: the header at start, each case appended as it finishes, the record at the end.
+
+    Cases go to cases.jsonl one line at a time (never a rewrite of the whole
+    file), so a run of many cases stays linear and an interrupted run keeps
+    every case that finished.
+    """
+
+    def __init__(self, directory: Path, header: Mapping[str, Any]) -> None:
+        self.directory = directory
+        self.header = dict(header)
+        directory.mkdir(parents=True, exist_ok=False)
+        self._cases: TextIO = open(directory / "cases.jsonl", "a", encoding="utf-8")
+        write_json(directory / "run.json", {**self.header, "status": "incomplete"})
+
+    def add_case(self, rec: Mapping[str, Any]) -> None:
+        self._cases.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
+
+    def finish(self, record: Mapping[str, Any]) -> None:
+        self._cases.flush()
+        os.fsync(self._cases.fileno())
+        self._cases.close()
+        write_json(self.directory / "run.json", {**self.header, **record})
+
+    def close(self) -> None:
+        if not self._cases.closed:
+            self._cases.close()
+
+
+class Store:
+    """A store folder: runs/, diagnoses/, comparisons/, cache/."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.root / "runs" / run_id
+
+    def start_run(self, run_id: str, header: Mapping[str, Any]) -> RunWriter:
+        return RunWriter(self.run_dir(run_id), {"schema": RUN_SCHEMA, "run_id": run_id, **header})
+
+    # ----------------------------------------------------------- reading
+
+    def run_ids(self) -> list[str]:
+        """Run ids, newest first (ULIDs sort by time)."""
+        d = self.root / "runs"
+        if not d.is_dir():
+            return []
+        return sorted(
+            (p.name for p in d.iterdir() if p.name.startswith("run_") and (p / "run.json").is_file()), reverse=True
+        )
+
+    def run_header(self, run_id: str) -> dict[str, Any]:
+        path = self.run_dir(run_id) / "run.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"run {run_id}: cannot read {path}: {exc}") from exc
+
+    def iter_cases(self, run_id: str) -> Iterator[dict[str, Any]]:
+        path = self.run_dir(run_id) / "cases.jsonl"
+        if not path.is_file():
+            return
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue  # a torn last line of an interrupted run
+
+    def load_run(self, ref: str) -> dict[str, Any]:
+        """The whole run record (cases inline) for a run id, a unique prefix, or a run-record JSON file."""
+        path = Path(ref)
+        if ref.endswith(".json") and path.is_file():
+            return load_run_file(path)
+        _kind, full = self.resolve(ref, kinds=("run",))
+        record = self.run_header(full)
+        record["cases"] = list(self.iter_cases(full))
+        return record
+
+    def save_doc(self, kind: str, doc: Mapping[str, Any]) -> str:
+        """Store a diagnosis or comparison content-addressed; returns `sha256:<hex>`."""
+        digest = sha256_of(doc)
+        path = self.root / KIND_DIRS[kind] / f"{digest}.json"
+        if not path.exists():
+            atomic_write_text(path, canonical_json(doc) + "\n")
+        return f"sha256:{digest}"
+
+    def load_doc(self, kind: str, doc_id: str) -> dict[str, Any]:
+        digest = doc_id.removeprefix("sha256:")
+        path = self.root / KIND_DIRS[kind] / f"{digest}.json"
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{kind} {doc_id}: cannot read {path}: {exc}") from exc
+
+    def docs(self, kind: str) -> list[str]:
+        d = self.root / KIND_DIRS[kind]
+        if not d.is_dir():
+            return []
+        return sorted(f"sha256:{p.stem}" for p in d.glob("*.json"))
+
+    def resolve(self, ref: str, kinds: tuple[str, ...] = ("run", "diagnosis", "comparison")) -> tuple[str, str]:
+        """(kind, full id) for an id or a unique prefix of one."""
+        ref = ref.strip()
+        if not ref:
+            raise StoreError("an empty id matches nothing")
+        matches: list[tuple[str, str]] = []
+        for kind in kinds:
+            ids = self.run_ids() if kind == "run" else self.docs(kind)
+            for full in ids:
+                bare = full.removeprefix("sha256:")
+                if full.startswith(ref) or (kind != "run" and bare.startswith(ref.removeprefix("sha256:"))):
+                    matches.append((kind, full))
+        if not matches:
+            what = " or ".join(kinds)
+            raise StoreError(f"no {what} matches {ref!r} in {self.root} (list runs with `oloproof runs`)")
+        if len(matches) > 1:
+            shown = ", ".join(m[1] for m in matches[:5])
+            raise StoreError(f"{ref!r} is ambiguous: it matches {len(matches)} ids ({shown}); give more characters")
+        return matches[0]
+
+
+def load_run_file(path: Path) -> dict[str, Any]:
+    """A run record exported as JSON (e.g. a baseline committed to the repository)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{path}: not a readable run record: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
+        raise StoreError(f"{path}: not an {RUN_SCHEMA} record (write one with --oloproof-report PATH)")
+    return data

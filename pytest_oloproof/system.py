@@ -1,0 +1,147 @@
+"""Declaring a system (SPEC §1): Passage, Retrieval, @rag_system, and calling stages."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .errors import ConfigError, ContractError
+
+T = TypeVar("T")
+
+#: settings the decorator accepts and oloproof.yaml may override
+RAG_SETTINGS = ("name", "version", "depth", "top_k", "token_budget", "index_version")
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One retrieved unit of text; immutable so a recorded retrieval can't be edited."""
+
+    doc_id: str
+    score: float | None = None
+    text: str | None = None
+    chunk_id: str | None = None
+    metadata: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Retrieval:
+    """What `retrieve` returns: candidates in the retriever's own order."""
+
+    query: Any
+    depth: int
+    candidates: tuple[Passage, ...] = field(default_factory=tuple)
+
+
+def rag_system(
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    depth: int | None = None,
+    top_k: int | None = None,
+    token_budget: int | None = None,
+    index_version: str | None = None,
+) -> Callable[[T], T]:
+    """Mark a class with `retrieve` and `generate` stages as a RAG system.
+
+    The settings are defaults; oloproof.yaml overrides any of them.
+    """
+
+    def mark(cls: T) -> T:
+        for stage in ("retrieve", "generate"):
+            if not callable(getattr(cls, stage, None)):
+                raise TypeError(f"@rag_system class {getattr(cls, '__name__', cls)!r} has no {stage}() method")
+        settings = {
+            "name": name,
+            "version": version,
+            "depth": depth,
+            "top_k": top_k,
+            "token_budget": token_budget,
+            "index_version": index_version,
+        }
+        cls.__oloproof_rag__ = {k: v for k, v in settings.items() if v is not None}  # type: ignore[attr-defined]
+        return cls
+
+    return mark
+
+
+def load_object(spec: str, base_dir: Path | None, *, what: str = "object") -> Any:
+    """Import `module:attribute` with the config's folder first on sys.path."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigError(f"{what}: {spec!r} is not of the form module:attribute (e.g. app:SupportRag)")
+    if base_dir is not None:
+        folder = str(Path(base_dir).resolve())
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"{what}: cannot import module {module_name!r} for {spec!r}: {exc}") from exc
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ConfigError(f"{what}: module {module_name!r} has no attribute {attr!r} (from {spec!r})") from None
+    return obj
+
+
+def call_stage(fn: Callable[..., Any], *args: Any) -> Any:
+    """Call a sync or async stage and return its result."""
+    result = fn(*args)
+    if inspect.isawaitable(result):
+        return asyncio.run(_await(result))
+    return result
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+async def acall_stage(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await an async stage, or run a sync one in a worker thread."""
+    if inspect.iscoroutinefunction(fn):
+        return await fn(*args)
+    result = await asyncio.to_thread(fn, *args)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
+    """Enforce the retrieve contract; violations are per-case errors, never fixed silently."""
+    where = f"case {case_id!r}: retrieve()"
+    if not isinstance(result, Retrieval):
+        raise ContractError(f"{where} must return a Retrieval, got {type(result).__name__}")
+    candidates = result.candidates
+    if not isinstance(candidates, (tuple, list)):
+        raise ContractError(f"{where}: candidates must be a tuple of Passage, got {type(candidates).__name__}")
+    if len(candidates) > depth:
+        raise ContractError(f"{where} returned {len(candidates)} candidates, more than depth={depth}")
+    for i, c in enumerate(candidates, 1):
+        if not isinstance(c, Passage):
+            raise ContractError(f"{where}: candidate at position {i} is a {type(c).__name__}, not a Passage")
+        if not isinstance(c.doc_id, str) or not c.doc_id:
+            raise ContractError(
+                f"{where}: candidate at position {i} has doc_id {c.doc_id!r}; a non-empty string is required"
+            )
+        if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, (int, float))):
+            raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
+    return result
+
+
+def check_tokens(value: Any, case_id: str, position: int) -> int:
+    """Enforce the count_tokens contract: a non-negative int."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ContractError(
+            f"case {case_id!r}: count_tokens() returned {value!r} for the candidate at position {position}; "
+            "a non-negative integer is required"
+        )
+    return value

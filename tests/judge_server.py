@@ -1,0 +1,151 @@
+"""A scripted HTTP server on 127.0.0.1 for testing judge providers without a network.
+
+    with ScriptedServer([Reply(429, {"Retry-After": "1"}), Reply.chat('{"verdict": "pass"}')]) as s:
+        provider = OpenAIProvider(s.base_url, "m")
+
+Replies are served in order; when the script runs out the last reply repeats
+(or `responder(request)` decides, when given). Every request is recorded, and
+the server tracks the highest number of requests it held at once.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
+
+
+@dataclass
+class Reply:
+    """One scripted reply: status, headers, body (str, bytes or JSON-able) and a delay."""
+
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = ""
+    delay: float = 0.0
+
+    @classmethod
+    def chat(cls, content: str, **kw: Any) -> Reply:
+        """An OpenAI chat-completions reply whose message content is `content`."""
+        body = {
+            "id": "cmpl-test",
+            "object": "chat.completion",
+            "model": "test",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
+        }
+        return cls(200, {}, body, **kw)
+
+    @classmethod
+    def verdict(cls, verdict: str, rationale: str = "ok", **kw: Any) -> Reply:
+        """A chat reply carrying a judge verdict as JSON."""
+        return cls.chat(json.dumps({"verdict": verdict, "rationale": rationale}), **kw)
+
+    def encoded(self) -> bytes:
+        if isinstance(self.body, bytes):
+            return self.body
+        if isinstance(self.body, str):
+            return self.body.encode("utf-8")
+        return json.dumps(self.body).encode("utf-8")
+
+
+@dataclass
+class Recorded:
+    """One request as the server saw it."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class ScriptedServer:
+    """Serve scripted replies on an ephemeral loopback port in a background thread."""
+
+    def __init__(
+        self, replies: list[Reply] | None = None, responder: Callable[[Recorded], Reply] | None = None
+    ) -> None:
+        self.replies = list(replies or [])
+        self.responder = responder
+        self.requests: list[Recorded] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._served = 0
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.daemon_threads = True
+        self._httpd.block_on_close = False  # do not wait for slow handlers on close
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+    def _next(self, request: Recorded) -> Reply:
+        if self.responder is not None:
+            return self.responder(request)
+        with self._lock:
+            if not self.replies:
+                return Reply(500, body="no scripted reply")
+            reply = self.replies[min(self._served, len(self.replies) - 1)]
+            self._served += 1
+            return reply
+
+    def _handler_class(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                request = Recorded("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
+                with server._lock:
+                    server.requests.append(request)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    reply = server._next(request)
+                    if reply.delay:
+                        server._stop.wait(reply.delay)
+                finally:
+                    # count the request as held until just before answering it,
+                    # so a client released by this answer never overlaps it
+                    with server._lock:
+                        server.in_flight -= 1
+                payload = reply.encoded()
+                try:
+                    self.send_response(reply.status)
+                    headers = {"Content-Type": "application/json", **reply.headers}
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    pass  # the client gave up (timeout); nothing to answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                """Stay quiet."""
+
+        return Handler

@@ -1,0 +1,345 @@
+"""Tests for pytest_oloproof.stats: intervals, their guards, and their coverage."""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from pytest_oloproof.stats import (
+    BOOTSTRAP_RESAMPLES,
+    Interval,
+    clopper_pearson,
+    mean_interval,
+    paired_mean_diff_interval,
+    pairs_needed_without_change,
+    rate_interval,
+    round_outward,
+    tango_interval,
+    z_for,
+)
+
+Z95 = float(stats.norm.ppf(0.975))
+
+
+def _pct(iv: Interval) -> tuple[float, float]:
+    """Interval of a proportion printed in percent to 0.1 point, rounded outward."""
+    low, high = round_outward(iv.low, iv.high, 3)
+    return round(low * 100, 1), round(high * 100, 1)
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_z_for() -> None:
+    assert z_for(0.95) == pytest.approx(1.959963984540054, abs=1e-12)
+    assert z_for(0.90) == pytest.approx(1.6448536269514722, abs=1e-12)
+    with pytest.raises(ValueError):
+        z_for(1.0)
+
+
+# ------------------------------------------------------------------ Clopper–Pearson
+
+
+@pytest.mark.parametrize("k,n", [(0, 1), (9, 13), (12, 13), (13, 13), (0, 13), (37, 100)])
+@pytest.mark.parametrize("confidence", [0.9, 0.95, 0.99])
+def test_rate_interval_matches_scipy_exact(k: int, n: int, confidence: float) -> None:
+    iv = rate_interval([1] * k + [0] * (n - k), confidence)
+    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
+    assert (iv.low, iv.high) == (ci.low, ci.high)
+    assert iv.method == "clopper-pearson" and iv.note is None
+    # the fractional-k beta form used by the guards agrees at integer k
+    assert clopper_pearson(k, n, confidence) == pytest.approx((ci.low, ci.high), abs=1e-12)
+
+
+def test_rate_interval_printed_figures_from_spec() -> None:
+    assert _pct(rate_interval([1] * 9 + [0] * 4)) == (38.5, 91.0)
+    assert _pct(rate_interval([1] * 13)) == (75.2, 100.0)
+    assert _pct(rate_interval([1] * 12 + [0]))[0] == 63.9
+
+
+def test_rate_interval_no_observations_and_bad_input() -> None:
+    assert rate_interval([]) == Interval(0.0, 1.0, "degenerate", "no observations")
+    with pytest.raises(ValueError):
+        rate_interval([0.5, 1])
+    with pytest.raises(ValueError):
+        rate_interval([1, 0], clusters=["a"])
+
+
+@pytest.mark.parametrize("n", [13, 100])
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.7, 0.9])
+def test_clopper_pearson_coverage_simulation(n: int, p: float) -> None:
+    rng = np.random.default_rng(20240613 + n)
+    table = [rate_interval([1] * k + [0] * (n - k)) for k in range(n + 1)]
+    covers = np.array([iv.low <= p <= iv.high for iv in table])
+    ks = rng.binomial(n, p, size=100_000)
+    assert covers[ks].mean() >= 0.95
+    # exact coverage (sum of binomial probabilities) as well, free of Monte Carlo noise
+    assert stats.binom.pmf(np.arange(n + 1), n, p)[covers].sum() >= 0.95
+
+
+# ---------------------------------------------------------------- clustered rates
+
+
+def test_rate_interval_clustered_all_equal_uses_cluster_count() -> None:
+    clusters = ["a"] * 5 + ["b"] * 5 + ["c"] * 3
+    iv = rate_interval([1] * 13, clusters=clusters)
+    ci = stats.binomtest(3, 3).proportion_ci(method="exact")
+    assert (iv.low, iv.high) == (ci.low, ci.high)
+    assert iv.width > 0 and "all values equal" in (iv.note or "")
+    assert iv.low < rate_interval([1] * 13).low  # 3 clusters are weaker evidence than 13 cases
+
+
+def test_rate_interval_clusters_none_entries_are_singletons() -> None:
+    iv = rate_interval([1, 0, 1, 1], clusters=[None, None, None, None])
+    assert (iv.low, iv.high) == (rate_interval([1, 0, 1, 1]).low, rate_interval([1, 0, 1, 1]).high)
+    one = rate_interval([1, 0, 1], clusters=["x", "x", "x"])
+    assert (one.low, one.high, one.note) == (0.0, 1.0, "fewer than 2 clusters")
+
+
+def test_rate_interval_cluster_bootstrap_widens_on_clustered_data() -> None:
+    # 8 clusters of 6 identical verdicts: effectively 8 observations, not 48
+    values = [v for v in (1, 1, 1, 0, 1, 0, 1, 1) for _ in range(6)]
+    clusters = [g for g in range(8) for _ in range(6)]
+    plain = rate_interval(values)
+    clustered = rate_interval(values, clusters=clusters, seed=3)
+    assert clustered.method == "cluster-bootstrap"
+    assert clustered.width > 1.2 * plain.width
+    assert clustered.low <= plain.low and clustered.high >= plain.high
+    assert rate_interval(values, clusters=clusters, seed=3) == clustered
+
+
+def test_rate_interval_cluster_bootstrap_never_narrower_than_exact() -> None:
+    # a percentile/BCa bootstrap on ~12 clusters undercovers; the exact interval is a floor
+    values, clusters = [1] * 12 + [0], [*range(11), 11, 11]
+    clustered = rate_interval(values, clusters=clusters)
+    exact = rate_interval(values)
+    assert clustered.method == "cluster-bootstrap"
+    assert clustered.low <= exact.low and clustered.high >= exact.high
+    assert "widened" in (clustered.note or "")
+
+
+# ------------------------------------------------------------------------- means
+
+
+def test_mean_interval_bca_reproduces_scipy() -> None:
+    x = [0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5]
+    iv = mean_interval(x, seed=7)
+    ref = stats.bootstrap(
+        (np.array(x),),
+        np.mean,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="BCa",
+        confidence_level=0.95,
+        rng=np.random.default_rng(7),
+    ).confidence_interval
+    assert iv.method == "bca-bootstrap" and iv.note is None
+    assert (iv.low, iv.high) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    assert mean_interval(x, seed=7) == iv  # deterministic for a seed
+    assert mean_interval(x, seed=8) != iv  # and the seed matters
+    assert iv.low < np.mean(x) < iv.high
+
+
+def test_mean_interval_bca_nan_falls_back_to_percentile(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = stats.bootstrap
+
+    def fake(*args, **kwargs):
+        res = real(*args, **kwargs)
+        if kwargs.get("method") == "BCa":
+            res.confidence_interval = type(res.confidence_interval)(math.nan, math.nan)
+        return res
+
+    monkeypatch.setattr(stats, "bootstrap", fake)
+    iv = mean_interval([0.1, 0.3, 0.3, 0.9], seed=1)
+    assert iv.method == "percentile-bootstrap" and "nan" in (iv.note or "")
+    assert 0.0 <= iv.low < iv.high <= 1.0
+
+
+@pytest.mark.parametrize(
+    "values,note",
+    [
+        ([], "no observations"),
+        ([0.4], "n < 2"),
+        ([0.0] * 5, "all values equal"),
+        ([1.0] * 13, "all values equal"),
+        ([0.5] * 40, "all values equal"),
+    ],
+)
+def test_mean_interval_degenerate_never_zero_width(values: list[float], note: str) -> None:
+    iv = mean_interval(values)
+    assert iv.note == note
+    assert iv.width > 0
+    assert 0.0 <= iv.low <= iv.high <= 1.0
+    if values:
+        assert iv.low <= values[0] <= iv.high
+
+
+def test_mean_interval_all_equal_is_clopper_pearson_at_observed_mean() -> None:
+    assert mean_interval([1.0] * 13).low == pytest.approx(0.025 ** (1 / 13), abs=1e-12)
+    iv = mean_interval([0.5] * 10)
+    assert (iv.low, iv.high) == pytest.approx(clopper_pearson(5, 10))
+
+
+def test_mean_interval_t_branch_at_30() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.beta(5, 2, size=30)
+    iv = mean_interval(x)
+    se = x.std(ddof=1) / math.sqrt(30)
+    half = stats.t.ppf(0.975, 29) * se
+    assert iv.method == "t"
+    assert (iv.low, iv.high) == pytest.approx((x.mean() - half, x.mean() + half), abs=1e-12)
+    assert mean_interval(x[:29]).method == "bca-bootstrap"
+    clipped = mean_interval([1.0] * 29 + [0.0])
+    assert clipped.high == 1.0 and clipped.method == "t"
+
+
+def test_mean_interval_cluster_bootstrap_widens() -> None:
+    rng = np.random.default_rng(11)
+    centres = [0.2, 0.9, 0.5, 0.8, 0.3]
+    x = [min(1.0, max(0.0, c + rng.normal(0, 0.01))) for c in centres for _ in range(8)]
+    clusters = [f"doc{g}" for g in range(5) for _ in range(8)]
+    plain = mean_interval(x)
+    clustered = mean_interval(x, clusters=clusters, seed=0)
+    assert plain.method == "t" and clustered.method == "cluster-bootstrap"
+    assert clustered.width > 2 * plain.width
+    assert clustered == mean_interval(x, clusters=clusters, seed=0)
+
+
+def test_mean_interval_clustered_degenerate() -> None:
+    iv = mean_interval([0.7] * 6, clusters=["a", "a", "b", "b", "c", "c"])
+    assert iv.note == "all values equal; Clopper-Pearson on 3 clusters"
+    assert (iv.low, iv.high) == pytest.approx(clopper_pearson(2.1, 3))
+    one = mean_interval([0.1, 0.9], clusters=["a", "a"])
+    assert (one.low, one.high, one.note) == (0.0, 1.0, "fewer than 2 clusters")
+
+
+# ------------------------------------------------------------------------- Tango
+
+
+def test_tango_no_discordant_pairs_closed_form() -> None:
+    iv = tango_interval(0, 0, 13)
+    half = Z95**2 / (13 + Z95**2)
+    assert half == pytest.approx(0.2281, abs=5e-5)
+    assert (iv.low, iv.high) == pytest.approx((-half, half), abs=1e-10)
+    low, high = round_outward(iv.low, iv.high, 3)
+    assert (round(low * 100, 1), round(high * 100, 1)) == (-22.9, 22.9)
+    for n in (1, 5, 73, 500):
+        assert tango_interval(0, 0, n, 0.9).high == pytest.approx(z_for(0.9) ** 2 / (n + z_for(0.9) ** 2), abs=1e-10)
+
+
+def test_tango_published_example_cavo_2012() -> None:
+    # Cavo et al. (2012) table used by Fagerland, Lydersen & Laake: n11=59, n12=6,
+    # n21=16, n22=80; the reference implementation (R package contingencytables,
+    # tests for chapter 8) prints "estimate = -0.0621 (95% CI -0.1240 to -0.0054)".
+    iv = tango_interval(6, 16, 161)
+    assert (round(iv.low, 4), round(iv.high, 4)) == (-0.1240, -0.0054)
+
+
+def _tango_grid(b: int, c: int, n: int, z: float) -> tuple[float, float]:
+    """Independent reference: evaluate Tango's statistic on a fine grid, keep |T| <= z."""
+    d = np.linspace(-1, 1, 2_000_001)[1:-1]
+    qa, qb, qc = 2.0 * n, -b - c + (2.0 * n - b + c) * d, -c * d * (1 - d)
+    p21 = (np.sqrt(np.maximum(qb**2 - 4 * qa * qc, 0)) - qb) / (2 * qa)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = (b - c - n * d) / np.sqrt(n * (2 * p21 + d * (1 - d)))
+    inside = d[np.abs(np.nan_to_num(t, nan=0.0)) <= z]
+    return float(inside.min()), float(inside.max())
+
+
+@pytest.mark.parametrize("b,c,n", [(1, 7, 21), (6, 16, 161), (3, 0, 13), (0, 2, 13), (5, 5, 30), (40, 20, 160)])
+def test_tango_matches_brute_force_grid(b: int, c: int, n: int) -> None:
+    iv = tango_interval(b, c, n)
+    low, high = _tango_grid(b, c, n, Z95)
+    assert iv.method == "tango"
+    assert iv.low == pytest.approx(low, abs=2e-6) and iv.high == pytest.approx(high, abs=2e-6)
+    assert iv.low < (b - c) / n < iv.high
+
+
+def test_tango_edges() -> None:
+    assert tango_interval(0, 0, 0) == Interval(-1.0, 1.0, "degenerate", "no observations")
+    assert tango_interval(13, 0, 13).high == 1.0 and tango_interval(13, 0, 13).low > 0.5
+    assert tango_interval(0, 13, 13).low == -1.0
+    with pytest.raises(ValueError):
+        tango_interval(8, 8, 13)
+
+
+def _paired_cells(p1: float, p2: float, rho: float) -> list[float]:
+    """Probabilities of (both pass, candidate only, baseline only, neither)."""
+    p11 = p1 * p2 + rho * math.sqrt(p1 * (1 - p1) * p2 * (1 - p2))
+    return [p11, p1 - p11, p2 - p11, 1 - p1 - p2 + p11]
+
+
+@cache
+def _tango_cached(b: int, c: int, n: int) -> tuple[float, float]:
+    iv = tango_interval(b, c, n)
+    return iv.low, iv.high
+
+
+@pytest.mark.parametrize("n", [13, 50, 200])
+@pytest.mark.parametrize("p1,p2,rho", [(0.7, 0.7, 0.5), (0.8, 0.7, 0.3), (0.6, 0.5, 0.2), (0.5, 0.5, 0.0)])
+def test_tango_coverage_simulation(n: int, p1: float, p2: float, rho: float) -> None:
+    rng = np.random.default_rng(1998 + n)
+    counts = rng.multinomial(n, _paired_cells(p1, p2, rho), size=4000)
+    delta = p1 - p2
+    hits = [lo <= delta <= hi for lo, hi in (_tango_cached(int(b), int(c), n) for _, b, c, _ in counts)]
+    assert np.mean(hits) >= 0.94
+
+
+# ------------------------------------------------------------------ paired means
+
+
+def test_paired_mean_diff_all_zero_guard() -> None:
+    iv = paired_mean_diff_interval([0.0] * 13)
+    half = Z95**2 / (13 + Z95**2)
+    assert (iv.low, iv.high) == pytest.approx((-half, half), abs=1e-10)
+    assert iv.method == "tango" and "all differences equal" in (iv.note or "")
+    shifted = paired_mean_diff_interval([0.9] * 13)
+    assert shifted.high == 1.0 and shifted.low == pytest.approx(0.9 - half, abs=1e-10)
+    big = paired_mean_diff_interval([0.0] * 40)
+    assert big.width > 0 and big.method == "tango"
+
+
+def test_paired_mean_diff_branches() -> None:
+    rng = np.random.default_rng(5)
+    small = rng.uniform(-0.3, 0.4, size=12)
+    iv = paired_mean_diff_interval(small, seed=2)
+    ref = stats.bootstrap((small,), np.mean, method="BCa", rng=np.random.default_rng(2)).confidence_interval
+    assert iv.method == "bca-bootstrap"
+    assert (iv.low, iv.high) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    large = rng.uniform(-0.3, 0.4, size=30)
+    t = paired_mean_diff_interval(large)
+    ref_t = stats.ttest_1samp(large, 0.0).confidence_interval(0.95)
+    assert t.method == "paired-t" and (t.low, t.high) == pytest.approx((ref_t.low, ref_t.high))
+    assert paired_mean_diff_interval([]).note == "no observations"
+    assert paired_mean_diff_interval([0.2]) == Interval(-1.0, 1.0, "degenerate", "n < 2")
+    with pytest.raises(ValueError):
+        paired_mean_diff_interval([1.5, 0.0])
+
+
+def test_pairs_needed_without_change() -> None:
+    assert pairs_needed_without_change(0.05) == 73
+    for margin in (0.05, 0.02, 0.1, 0.2281):
+        n = pairs_needed_without_change(margin)
+        assert tango_interval(0, 0, n).high < margin <= tango_interval(0, 0, n - 1).high
+    assert pairs_needed_without_change(0.2281) == 13  # 13 pairs give ±0.22810
+    assert pairs_needed_without_change(0.228) == 14
+
+
+# ---------------------------------------------------------------- round_outward
+
+
+def test_round_outward_edge_cases() -> None:
+    assert round_outward(0.75, 0.75, 3) == (0.75, 0.75)
+    assert round_outward(0.1 + 0.2, 0.1 + 0.2, 3) == (0.3, 0.3)  # 0.30000000000000004
+    assert round_outward(0.7 - 1e-16, 0.7 + 1e-16, 1) == (0.7, 0.7)
+    assert round_outward(0.3857383, 0.9090796, 3) == (0.385, 0.91)
+    assert round_outward(0.75201, 0.99901, 3) == (0.752, 1.0)
+    assert round_outward(-0.2280954, 0.2280954, 3) == (-0.229, 0.229)
+    assert round_outward(0.0, 1.0, 3) == (0.0, 1.0)
+    assert round_outward(-0.0001, 0.0001, 3) == (-0.001, 0.001)
+    assert round_outward(0.123456, 0.123457, 0) == (0.0, 1.0)
+    low, high = round_outward(-1e-12, 1e-12, 3)
+    assert (low, high) == (0.0, 0.0) and math.copysign(1, low) == 1.0  # no "-0.0"
