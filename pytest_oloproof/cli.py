@@ -55,7 +55,21 @@ def _emit(args: argparse.Namespace, doc: Any, lines: Sequence[str]) -> None:
 def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
     import pytest
 
-    code = int(pytest.main(["--oloproof", *rest]))
+    class GateObserver:
+        """Tells a gate's BLOCK (3) apart from pytest's own internal-error code (also 3)."""
+
+        blocked = False
+
+        def pytest_unconfigure(self, config: pytest.Config) -> None:
+            from .plugin import PLUGIN_KEY
+
+            plugin = config.stash.get(PLUGIN_KEY, None)
+            self.blocked = plugin is not None and plugin.gate_exit == EXIT_BLOCK
+
+    observer = GateObserver()
+    code = int(pytest.main(["--oloproof", *rest], plugins=[observer]))
+    if code == EXIT_BLOCK and not observer.blocked:
+        return EXIT_INTERNAL
     return {4: EXIT_USAGE}.get(code, code)
 
 
@@ -187,5 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERNAL
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+if __name__ == "__main__":  # pragma: no cover - `python -m pytest_oloproof.cli`
+    # run the package's module, not this __main__ copy, so subcommands registered on it are seen
+    from pytest_oloproof.cli import main as _main
+
+    raise SystemExit(_main())

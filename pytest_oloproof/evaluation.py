@@ -126,11 +126,30 @@ def _judge(ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool) -> tuple[C
     return value, False
 
 
+def judge_one(ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool = False) -> CriterionValue:
+    """One evaluator on one input through the judgment cache (validate-judge uses it too)."""
+    return _judge(ev, x, caches, bypass)[0]
+
+
 def failed_criteria(rec: Mapping[str, Any], evaluators: Sequence[Evaluator]) -> list[tuple[str, Mapping[str, Any]]]:
     """Asserting criteria whose observed value is below 1 (a fail)."""
     out = []
     for ev in evaluators:
         c = rec["criteria"].get(ev.criterion)
         if ev.asserts and c and c["status"] == "observed" and c["value"] < 1.0:
+            out.append((ev.criterion, c))
+    return out
+
+
+def missing_criteria(rec: Mapping[str, Any], evaluators: Sequence[Evaluator]) -> list[tuple[str, Mapping[str, Any]]]:
+    """Asserting criteria left missing by their evaluator (an exception, a missing output field, a judge error).
+
+    A pytest item fails on these too, so an evaluator bug is never a silent pass; system
+    errors are reported separately (every criterion is missing then).
+    """
+    out = []
+    for ev in evaluators:
+        c = rec["criteria"].get(ev.criterion)
+        if ev.asserts and c and c["status"] == "missing":
             out.append((ev.criterion, c))
     return out

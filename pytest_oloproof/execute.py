@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 import traceback
 from collections.abc import Callable, Generator, Mapping, Sequence
@@ -142,7 +143,9 @@ class Engine:
 
     # ------------------------------------------------------------ pipeline
 
-    def _pipeline(self, case: Case, plan: Plan) -> Generator[_Call, Any, dict[str, Any]]:
+    def _pipeline(
+        self, case: Case, plan: Plan, seen: dict[str, Any] | None = None, gate: _Gate | None = None
+    ) -> Generator[_Call, Any, dict[str, Any]]:
         sysconf = self.system.config
         rec: dict[str, Any] = {
             "id": case.id,
@@ -155,6 +158,8 @@ class Engine:
             "error": None,
             "cache": {"execution": "miss", "retrieve": None, "generate": None},
         }
+        if seen is not None:  # the drivers read the stage cache statuses of a case that then fails
+            seen["cache"] = rec["cache"]
         use_exec_cache = plan is NORMAL or plan.label == "normal"
         bypass = plan.bypass_cache
         ekey = execution_key(sysconf, case.input)
@@ -168,8 +173,7 @@ class Engine:
             output = yield _Call("call", self.system.obj, (case.input,))
             _check_json(output, case.id, "system")
             rec["output"] = output
-            if use_exec_cache:
-                self.caches.put("execution", ekey, _cacheable(rec), bypass=bypass)
+            self._commit(gate, ekey, rec, use_exec_cache, bypass)
             return rec
 
         obj = self.system.obj
@@ -206,7 +210,7 @@ class Engine:
                     )
                 _check_json(candidates, case.id, "retrieve() candidates")
                 rec["cache"]["retrieve"] = "miss"
-                self.caches.put("retrieve", rkey, candidates, bypass=bypass)
+                self._put(gate, "retrieve", rkey, candidates, bypass)
         if plan.reranker is not None:
             candidates = yield from self._rerank(case, plan, candidates)
         rec["retrieval"] = candidates
@@ -254,10 +258,24 @@ class Engine:
             _check_json(output, case.id, "generate()")
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
-            self.caches.put("generate", gkey, {"output": output}, bypass=gen_bypass)
-        if use_exec_cache:
-            self.caches.put("execution", ekey, _cacheable(rec), bypass=bypass)
+            self._put(gate, "generate", gkey, {"output": output}, gen_bypass)
+        self._commit(gate, ekey, rec, use_exec_cache, bypass)
         return rec
+
+    def _put(self, gate: _Gate | None, kind: str, key: str, value: Any, bypass: bool) -> None:
+        if gate is None:
+            self.caches.put(kind, key, value, bypass=bypass)
+        else:
+            gate.put(self.caches, kind, key, value, bypass)
+
+    def _commit(self, gate: _Gate | None, ekey: str, rec: dict[str, Any], use_exec_cache: bool, bypass: bool) -> None:
+        """The case's last write: its execution entry, unless a timeout abandoned the attempt first."""
+        value = _cacheable(rec) if use_exec_cache else None
+        if gate is None:
+            if value is not None:
+                self.caches.put("execution", ekey, value, bypass=bypass)
+        else:
+            gate.commit(self.caches, ekey, value, bypass)
 
     def _rerank(
         self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
@@ -289,7 +307,7 @@ class Engine:
 
     def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
         """Run one case synchronously with retries; never raises for system errors."""
-        return self._with_retries(case, plan, lambda: self._drive_sync(case, plan))
+        return self._with_retries(case, plan, lambda gate: self._drive_sync(case, plan, gate))
 
     async def aexecute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
         """Run one case on the current event loop (async stages awaited, sync ones in threads)."""
@@ -305,10 +323,10 @@ class Engine:
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
             if not self._should_retry(rec, attempt):
-                return rec
+                return self._gave_up(rec, attempt)
             await asyncio.sleep(self._backoff(attempt))
 
-    def _with_retries(self, case: Case, plan: Plan, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    def _with_retries(self, case: Case, plan: Plan, run: Callable[[_Gate | None], dict[str, Any]]) -> dict[str, Any]:
         attempt = 0
         while True:
             attempt += 1
@@ -316,27 +334,42 @@ class Engine:
             if self.timeout_s:
                 rec = self._run_with_timeout(case, plan, run)
             else:
-                rec = run()
+                rec = run(None)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
             if not self._should_retry(rec, attempt):
-                return rec
+                return self._gave_up(rec, attempt)
             self._sleep(self._backoff(attempt))
 
-    def _run_with_timeout(self, case: Case, plan: Plan, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-        import threading
+    def _run_with_timeout(
+        self, case: Case, plan: Plan, run: Callable[[_Gate | None], dict[str, Any]]
+    ) -> dict[str, Any]:
+        """Run one attempt in a daemon thread; past `timeout_s` the case is missing with reason `timeout`.
 
+        A thread cannot be stopped, so the abandoned attempt runs on; its gate makes
+        sure it writes nothing to the cache after the deadline, and the execution
+        entry (the one that says "this case succeeded") is written only by an attempt
+        that finished in time.
+        """
         box: dict[str, Any] = {}
+        gate = _Gate()
 
         def target() -> None:
-            box["rec"] = run()
+            try:
+                box["rec"] = run(gate)
+            except BaseException as exc:  # handed to the caller's thread
+                box["exc"] = exc
 
         t = threading.Thread(target=target, name=f"oloproof-case-{case.id}", daemon=True)
         t.start()
         t.join(self.timeout_s)
         if t.is_alive():
-            return self._timeout_record(case, plan)
-        return box["rec"]
+            if gate.abandon():
+                return self._timeout_record(case, plan)
+            t.join()  # it committed at the deadline; only its return is left
+        if "exc" in box:
+            raise box["exc"]
+        return box["rec"]  # type: ignore[no-any-return]
 
     def _timeout_record(self, case: Case, plan: Plan) -> dict[str, Any]:
         return _error_record(
@@ -353,6 +386,12 @@ class Engine:
             },
         )
 
+    def _gave_up(self, rec: dict[str, Any], attempt: int) -> dict[str, Any]:
+        err = rec.get("error")
+        if err and err.get("transient") and attempt > 1:
+            err["message"] = f"{err['message']} (gave up after {attempt} attempts)"
+        return rec
+
     def _should_retry(self, rec: Mapping[str, Any], attempt: int) -> bool:
         err = rec.get("error")
         return bool(err and err.get("transient") and attempt <= self.retries)
@@ -360,9 +399,11 @@ class Engine:
     def _backoff(self, attempt: int) -> float:
         return float(min(self.backoff_s * (2 ** (attempt - 1)), 5.0))
 
-    def _drive_sync(self, case: Case, plan: Plan) -> dict[str, Any]:
-        gen = self._pipeline(case, plan)
+    def _drive_sync(self, case: Case, plan: Plan, gate: _Gate | None = None) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        gen = self._pipeline(case, plan, seen, gate)
         timings: dict[str, float] = {}
+        call = _Call("contract", _no_call, ())
         try:
             call = next(gen)
             while True:
@@ -373,7 +414,7 @@ class Engine:
                         value = asyncio.run(_await(value))
                 except Exception as exc:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
-                    raise StageFailure(call.stage, exc, traceback.format_exc()) from exc
+                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
                 timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
         except StopIteration as stop:
@@ -381,13 +422,15 @@ class Engine:
             rec["timings"] = timings
             return rec
         except StageFailure as f:
-            return self._failure(case, plan, f.stage, f.exc, f.tb, timings)
+            return self._failure(case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"))
         except ContractError as exc:
-            return self._failure(case, plan, "contract", exc, "", timings)
+            return self._failure(case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"))
 
     async def _drive_async(self, case: Case, plan: Plan) -> dict[str, Any]:
-        gen = self._pipeline(case, plan)
+        seen: dict[str, Any] = {}
+        gen = self._pipeline(case, plan, seen)
         timings: dict[str, float] = {}
+        call = _Call("contract", _no_call, ())
         try:
             call = next(gen)
             while True:
@@ -395,12 +438,16 @@ class Engine:
                 try:
                     if inspect.iscoroutinefunction(call.fn):
                         value = await call.fn(*call.args)
+                    elif call.stage in _OFFLOADED:  # a sync stage must not block the other cases on the loop
+                        value = await asyncio.to_thread(call.fn, *call.args)
+                        if inspect.isawaitable(value):
+                            value = await value
                     else:
                         value = call.fn(*call.args)
                         if inspect.isawaitable(value):
                             value = await value
                 except Exception as exc:
-                    raise StageFailure(call.stage, exc, traceback.format_exc()) from exc
+                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
                 finally:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
@@ -409,15 +456,24 @@ class Engine:
             rec["timings"] = timings
             return rec
         except StageFailure as f:
-            return self._failure(case, plan, f.stage, f.exc, f.tb, timings)
+            return self._failure(case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"))
         except ContractError as exc:
-            return self._failure(case, plan, "contract", exc, "", timings)
+            return self._failure(case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"))
 
     def _failure(
-        self, case: Case, plan: Plan, stage: str, exc: BaseException, tb: str, timings: dict[str, float]
+        self,
+        case: Case,
+        plan: Plan,
+        stage: str,
+        exc: BaseException,
+        tb: str,
+        timings: dict[str, float],
+        *,
+        contract: bool = False,
+        cache: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         transient = isinstance(exc, self.system.transient)
-        if stage == "contract":
+        if contract:
             reason = "contract_violation"
             message = str(exc)
         else:
@@ -437,11 +493,67 @@ class Engine:
             },
         )
         rec["timings"] = timings
+        if cache is not None:  # stages that ran before the failure did hit or miss (and were cached)
+            rec["cache"] = dict(cache)
         return rec
 
 
 async def _await(aw: Any) -> Any:
     return await aw
+
+
+_OFFLOADED = frozenset({"call", "retrieve", "generate", "reranker"})
+
+
+class _Gate:
+    """Cache writes of one attempt that may be abandoned by a timeout (§11).
+
+    Every write and the abandonment take one lock, so an attempt either commits
+    its result before the deadline decision or writes nothing after it.
+    """
+
+    __slots__ = ("abandoned", "committed", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.abandoned = False
+        self.committed = False
+
+    def put(self, caches: Caches, kind: str, key: str, value: Any, bypass: bool) -> None:
+        with self.lock:
+            if not self.abandoned:
+                caches.put(kind, key, value, bypass=bypass)
+
+    def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> None:
+        with self.lock:
+            if self.abandoned:
+                return
+            if value is not None:
+                caches.put("execution", ekey, value, bypass=bypass)
+            self.committed = True
+
+    def abandon(self) -> bool:
+        """Give up on the attempt; False when it already committed (its result stands)."""
+        with self.lock:
+            if self.committed:
+                return False
+            self.abandoned = True
+            return True
+
+
+def _no_call() -> None:
+    """Placeholder stage before the pipeline's first call into the system."""
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback from the system's own code on: Oloproof's driver frames are noise to the user."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
 def _error_record(case: Case, plan: Plan, reason: str, error: dict[str, Any]) -> dict[str, Any]:

@@ -66,3 +66,8 @@ def judgment_key(
             "reads": dict(reads),
         }
     )
+
+
+def settings_identity(settings: Mapping[str, Any]) -> str:
+    """`sha256:<hex>` naming an evaluator's settings: how a judge validation is matched to a judge."""
+    return "sha256:" + sha256_of(dict(settings))

@@ -34,6 +34,7 @@ from scipy.stats import binomtest
 
 from .errors import ConfigError
 from .evaluators.base import ContextPassage, CriterionValue, EvalInput, Evaluator
+from .identity import settings_identity
 
 SCHEMA = "oloproof.judge_validation/1"
 BOOTSTRAP_RESAMPLES = 2000
@@ -56,14 +57,9 @@ class LabelledExample:
     label: bool  # True = pass
 
 
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, UTF-8 text: the form that identities hash."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def judge_identity(judge: Evaluator) -> str:
     """`sha256:<hex>` of the canonical JSON of `judge.settings()`."""
-    return "sha256:" + hashlib.sha256(canonical_json(judge.settings()).encode("utf-8")).hexdigest()
+    return settings_identity(judge.settings())
 
 
 def _check_example(obj: Any, where: str, errors: list[str]) -> bool:

@@ -22,11 +22,11 @@ from .cache import CacheMode, parse_mode
 from .cases import Case
 from .config import find_config
 from .errors import OloproofError
-from .evaluation import failed_criteria
+from .evaluation import failed_criteria, missing_criteria
 from .evaluators import Registry
 from .evaluators.base import Evaluator
 from .render import markdown_summary, run_summary
-from .runner import Evaluation, RunRecorder
+from .runner import Evaluation, RunRecorder, describe_evaluators
 from .store import write_json
 
 PLUGIN_KEY = pytest.StashKey["OloproofPlugin"]()
@@ -92,6 +92,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--oloproof-baseline", dest="oloproof_baseline", metavar="RUN_ID|FILE")
     group.addoption("--oloproof-policy", dest="oloproof_policy", metavar="PATH")
     parser.addini("oloproof_config", "path of oloproof.yaml (default: <rootdir>/oloproof.yaml)", default="")
+    parser.addini(
+        "oloproof_progress",
+        "live progress line: auto (a terminal, or -v) | on | off",
+        default="auto",
+    )
+    parser.addini("oloproof_progress_interval", "seconds between progress lines (and before the first)", default="2")
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -155,6 +161,8 @@ class CaseItem(pytest.Function):
 
     case: Case
     record: dict[str, Any] | None = None
+    diagnosis: dict[str, Any] | None = None  # a diagnosis item's outcome (diagnose.Diagnoser.run_case)
+    evaluators: list[dict[str, Any]] | None = None
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         line = None
@@ -169,7 +177,10 @@ class CaseItem(pytest.Function):
         if isinstance(exc, CaseFailed):
             lines = [f"case {exc.case_id!r} failed {len(exc.failed)} criterion(s):"]
             for name, c in exc.failed:
-                lines.append(f"  {name}: expected {c.get('expected')!r}, actual {c.get('actual')!r}")
+                if c.get("status") == "missing":
+                    lines.append(f"  {name}: missing ({c.get('reason')})")
+                else:
+                    lines.append(f"  {name}: expected {c.get('expected')!r}, actual {c.get('actual')!r}")
             return "\n".join(lines)
         if isinstance(exc, CaseSystemError):
             err = exc.error
@@ -183,6 +194,19 @@ def _marker_name(value: Any) -> str:
     return re.sub(r"\W+", "_", str(value)).strip("_") or "_"
 
 
+def _mark_case(config: pytest.Config, item: pytest.Item, case: Case, markers: Any) -> None:
+    """Metadata markers (`markers:` in the config) and -k keywords (case id, metadata values)."""
+    for key in markers:
+        value = case.metadata.get(key)
+        if value is None or value == "":
+            continue
+        mname = _marker_name(value)
+        config.addinivalue_line("markers", f"{mname}: cases with metadata {key}={value}")
+        item.add_marker(mname)
+    item.extra_keyword_matches.update(str(v) for v in case.metadata.values() if isinstance(v, (str, int)))
+    item.extra_keyword_matches.add(case.id)
+
+
 # ------------------------------------------------------------------ the session object
 
 
@@ -192,8 +216,7 @@ class OloproofPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
-        ini = config.getini("oloproof_config")
-        explicit = config.getoption("oloproof_config") or (ini or None)
+        explicit = config.getoption("oloproof_config") or _ini_config_path(config)
         self.config_error: OloproofError | None = None
         self.config_path: Path | None = None
         try:
@@ -205,13 +228,21 @@ class OloproofPlugin:
         self.recorder: RunRecorder | None = None
         self.record: dict[str, Any] | None = None
         self.prefetcher: Any = None
+        self.progress: Any = None  # prefetch.Progress, on the controller
+        self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
+        self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
         self.interrupted = False
         self.items_selected = 0
         self.gate_exit: int | None = None
+        self.gate: Any = None  # compare.SessionGate when --oloproof-baseline is given
         self.summary_lines: list[str] = []
+        self.diagnoser: Any = None  # a diagnose.Diagnoser when --oloproof-diagnose is given
+        self.diagnosis_notes: list[str] = []
         self._register_default_fixtures()
         self._extend_args()
         self._install_sigterm()
+        if not self.is_worker and config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(_XdistControllerHooks(self), "oloproof-xdist")
 
     # -- startup
 
@@ -237,6 +268,7 @@ class OloproofPlugin:
         try:
             if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
                 signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+                self._sigterm_installed = True
         except ValueError:  # not the main thread
             pass
 
@@ -278,10 +310,7 @@ class OloproofPlugin:
             if entry.criterion:
                 names.append(entry.criterion)
             elif cls is not None:
-                try:
-                    names.append(cls(**entry.options()).criterion)  # type: ignore[call-arg]
-                except Exception:
-                    pass
+                names.append(cls.default_criterion(entry.options()))
         return names
 
     def _registry(self) -> Registry:
@@ -327,6 +356,9 @@ class OloproofPlugin:
         return names
 
     def make_items(self, parent: OloproofFile, ev: Evaluation) -> Generator[CaseItem, None, None]:
+        if self.config.getoption("oloproof_diagnose"):
+            yield from self._diagnosis_items(parent, ev)
+            return
         configured = [e.criterion for e in ev.evaluators]
         fixture_names = configured + [n for n in self.added_evaluator_fixtures() if n not in configured]
         self.fixture_names = fixture_names
@@ -340,59 +372,178 @@ class OloproofPlugin:
             item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=run_case)
             item.case = case
             item.add_marker("oloproof")
-            for key in markers:
-                value = case.metadata.get(key)
-                if value is None or value == "":
-                    continue
-                mname = _marker_name(value)
-                self.config.addinivalue_line("markers", f"{mname}: cases with metadata {key}={value}")
-                item.add_marker(mname)
-            item.extra_keyword_matches.update(str(v) for v in case.metadata.values() if isinstance(v, (str, int)))
-            item.extra_keyword_matches.add(case.id)
+            _mark_case(self.config, item, case, markers)
             yield item
+
+    # -- diagnosis (SPEC §9): items are the run's failed cases; the work is diagnose.Diagnoser's
+
+    def _new_diagnoser(self, ev: Evaluation) -> Any:
+        from .diagnose import Diagnoser, Request
+
+        opt = self.config.getoption
+        request = Request(
+            run=opt("oloproof_diagnose"),
+            intervention=opt("oloproof_intervention") or "gold-context",
+            criterion=opt("oloproof_criterion"),
+            top_k=opt("oloproof_top_k"),
+            reranker=opt("oloproof_reranker"),
+            fresh=bool(opt("oloproof_fresh")),
+        )
+        return Diagnoser(ev, request, warn=self.diagnosis_notes.append)
+
+    def _diagnosis_items(self, parent: OloproofFile, ev: Evaluation) -> Generator[CaseItem, None, None]:
+        from .runner import case_from_record
+
+        try:
+            self.diagnoser = self.diagnoser or self._new_diagnoser(ev)
+        except OloproofError as exc:
+            raise ConfigCollectError(str(exc)) from exc
+        system = ev.system.config["name"]
+        for case_id in self.diagnoser.failed_ids:
+            case = case_from_record(self.diagnoser.by_id[case_id])
+
+            def run_case(request: pytest.FixtureRequest, case: Case = case) -> None:
+                self.run_item(request, case)
+
+            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=run_case)
+            item.case = case
+            for marker in ("oloproof", "oloproof_failed", "oloproof_diagnose"):
+                item.add_marker(marker)
+            _mark_case(self.config, item, case, ev.cfg.settings.markers)
+            yield item
+
+    def _run_diagnosis_item(self, request: pytest.FixtureRequest, case: Case) -> None:
+        item = request.node
+        assert isinstance(item, CaseItem)
+        outcome = self.diagnoser.run_case(case.id)
+        item.diagnosis = outcome
+        if outcome.get("undiagnosable"):
+            pytest.skip(f"case {case.id!r} failed but has no expected.gold_context: undiagnosable")
+        entry = outcome["entry"]
+        for key in ("label", "reason", "strength", "best_relevant_position"):
+            item.user_properties.append((f"oloproof.diagnosis.{key}", entry[key]))
+        if "replay" in entry:
+            item.user_properties.append(("oloproof.diagnosis.replay", entry["replay"].get("value", "missing")))
+
+    def _finish_diagnosis(self, session: pytest.Session, exitstatus: int) -> None:
+        interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
+        ran = len(self.diagnoser.outcomes)
+        result = self.diagnoser.finish(complete=not interrupted and ran >= self.items_selected)
+        self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + result.lines
+        report_path = self.config.getoption("oloproof_report")
+        if report_path:
+            write_json(Path(report_path), result.to_json())
 
     # -- running
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.config_error is not None and not self.is_worker:
             pytest.exit(f"Oloproof cannot start: {self.config_error}", returncode=EXIT_USAGE)
+        if not self.is_worker:
+            self._prepare_gate()
+
+    def _prepare_gate(self) -> None:
+        """Validate --oloproof-baseline/--oloproof-policy before any case runs (exit 2 when wrong)."""
+        baseline, policy = self.config.getoption("oloproof_baseline"), self.config.getoption("oloproof_policy")
+        if not baseline and not policy:
+            return
+        from .compare import SessionGate
+        from .config import load_config
+        from .store import Store
+
+        try:
+            assert self.config_path is not None
+            store = Store(load_config(self.config_path).store_dir)
+            self.gate = SessionGate.prepare(store, baseline, policy, Path(self.config.invocation_params.dir))
+        except OloproofError as exc:
+            pytest.exit(f"Oloproof cannot start: {exc}", returncode=EXIT_USAGE)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         items = [i for i in session.items if isinstance(i, CaseItem)]
         self.items_selected = len(items)
+        if self.diagnoser is not None:
+            self.diagnoser.select(i.case.id for i in items)
+            return
         ev = self.evaluation
         if ev is None or not items or self.is_worker:
             return
+        self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
             from .prefetch import Prefetcher
 
             self.prefetcher = Prefetcher(
-                ev.engine, [i.case for i in items], ev.cfg.settings.concurrency, use_async=ev.is_async
+                ev.engine,
+                [i.case for i in items],
+                ev.cfg.settings.concurrency,
+                use_async=ev.is_async,
+                progress=self.progress,
             )
             self.prefetcher.start()
 
+    def _start_progress(self, total: int | None) -> None:
+        """Counters on the controller; a throttled line through the terminal reporter when asked for."""
+        from .prefetch import Progress, ProgressDisplay
+
+        if self.progress is not None:
+            if total is not None:
+                self.progress.total = total
+            return
+        self.progress = Progress(total)
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        mode = str(self.config.getini("oloproof_progress") or "auto").strip().lower()
+        if tr is None or mode == "off":
+            return
+        verbosity = int(self.config.get_verbosity())
+        if mode != "on" and not (verbosity >= 1 or (bool(tr.isatty()) and verbosity > -2)):
+            return
+        try:
+            every = max(float(self.config.getini("oloproof_progress_interval")), 0.0)
+        except ValueError:
+            raise pytest.UsageError(
+                "oloproof_progress_interval: expected a number of seconds, "
+                f"got {self.config.getini('oloproof_progress_interval')!r}"
+            ) from None
+        self.progress_display = ProgressDisplay(
+            self.progress, lambda line: _write_own_line(tr, line), every_s=every, after_s=every
+        )
+
+    def _tick(self) -> None:
+        if self.progress_display is not None:
+            self.progress_display.tick()
+
     def run_item(self, request: pytest.FixtureRequest, case: Case) -> None:
+        if self.diagnoser is not None:
+            return self._run_diagnosis_item(request, case)
         ev = self.prepare()
         evaluators = []
         for name in self.fixture_names:
-            obj = request.getfixturevalue(name)
+            try:
+                obj = request.getfixturevalue(name)
+            except pytest.FixtureLookupError:
+                # a criterion whose default fixture could not be registered at configure time
+                # (e.g. a type added by a conftest.py below the rootdir): use the configured one
+                obj = self.default_evaluator(name)
             if not isinstance(obj, Evaluator):
                 raise TypeError(f"fixture {name!r} must return a pytest_oloproof.Evaluator, got {type(obj).__name__}")
             evaluators.append(obj)
+        if self._evaluators is None:
+            self._evaluators = evaluators
         if self.prefetcher is not None and self.prefetcher.has(case.id):
-            rec = self.prefetcher.result(case.id)
+            rec = self.prefetcher.result(case.id, tick=self._tick)
         else:
             rec = ev.execute(case)
         rec = ev.evaluate(case, rec, evaluators)
         item = request.node
         assert isinstance(item, CaseItem)
         item.record = rec
+        item.evaluators = json_safe(describe_evaluators(evaluators))
         for name, c in rec["criteria"].items():
-            item.user_properties.append((f"oloproof.{name}", c.get("value", c["status"])))
+            value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
+            item.user_properties.append((f"oloproof.{name}", value))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
-        failed = failed_criteria(rec, evaluators)
+        failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
         if failed:
             raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
 
@@ -401,9 +552,20 @@ class OloproofPlugin:
         report = yield
         if call.when == "call" and isinstance(item, CaseItem) and item.record is not None:
             report.oloproof_case = item.record
+            report.oloproof_evaluators = item.evaluators
+        if call.when == "call" and isinstance(item, CaseItem) and item.diagnosis is not None:
+            report.oloproof_diagnosis = item.diagnosis
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        outcome = getattr(report, "oloproof_diagnosis", None)
+        if outcome is not None and not self.is_worker and report.when == "call":
+            if self.diagnoser is None:  # under xdist the controller collects nothing
+                ev = self._controller_evaluation()
+                self.diagnoser = self._new_diagnoser(ev) if ev is not None else None
+            if self.diagnoser is not None:
+                self.diagnoser.record(outcome)
+            return
         rec = getattr(report, "oloproof_case", None)
         if rec is None or self.is_worker or report.when != "call":
             return
@@ -412,7 +574,13 @@ class OloproofPlugin:
             if ev is None:
                 return
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
+        _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
         self.recorder.add(rec)
+        if self.progress is None:  # under xdist the controller collects nothing
+            self._start_progress(None)
+        if self.prefetcher is None:  # the prefetcher counts the cases it executes
+            self.progress.add(rec)
+        self._tick()
 
     def _controller_evaluation(self) -> Evaluation | None:
         try:
@@ -426,18 +594,25 @@ class OloproofPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.prefetcher is not None:
-            self.prefetcher.stop()
+            self._stop_prefetcher(session, exitstatus)
         if self.is_worker:
             return
         if int(exitstatus) == pytest.ExitCode.INTERNAL_ERROR:
             session.exitstatus = EXIT_INTERNAL
         elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR:
             session.exitstatus = EXIT_USAGE
+        if self.diagnoser is not None:
+            self._finish_diagnosis(session, exitstatus)
+            return
         if self.recorder is None:
             return
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         complete = not interrupted and len(self.recorder.cases) >= self.items_selected
-        record = self.recorder.finish("complete" if complete else "incomplete")
+        # the evaluators actually used (conftest overrides and additions), so the run
+        # record and its metrics describe what ran, not only what was configured
+        record = self.recorder.finish(
+            "complete" if complete else "incomplete", {"evaluators": self.recorder.header["evaluators"]}
+        )
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
@@ -450,8 +625,42 @@ class OloproofPlugin:
             with open(step, "a", encoding="utf-8") as f:
                 f.write(markdown_summary(record))
         self.config.hook.pytest_oloproof_run_recorded(record=record, config=self.config)
+        if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
+            gate_exit = self.gate.apply(record, self.summary_lines, step)
+            self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
         if self.gate_exit is not None:
             session.exitstatus = self.gate_exit
+
+    def _stop_prefetcher(self, session: pytest.Session, exitstatus: int) -> None:
+        """Start no new case; on interruption, record the cases that finished ahead of their items.
+
+        Cases still running get a short grace period to finish (a second Ctrl-C ends
+        it); whatever completes is in the cache either way, and is recorded here so
+        the incomplete run says exactly what the next run will reuse.
+        """
+        interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED
+        prefetcher = self.prefetcher
+        grace = PREFETCH_GRACE_S if interrupted else 0.0
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if interrupted and prefetcher.running and tr is not None:
+            tr.write_line(
+                f"oloproof: interrupted; waiting up to {grace:.0f} s for {prefetcher.running} running case(s) "
+                "(Ctrl-C again to stop now)"
+            )
+        try:
+            prefetcher.stop(grace_s=grace)
+        except KeyboardInterrupt:
+            prefetcher.stop(grace_s=0.0)
+        if not interrupted or self.is_worker or self.diagnoser is not None or self._evaluators is None:
+            return
+        ev = self._controller_evaluation()
+        if ev is None:
+            return
+        for case, rec in prefetcher.finished():
+            rec = ev.evaluate(case, rec, self._evaluators)
+            if self.recorder is None:
+                self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
+            self.recorder.add(rec)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not self.summary_lines:
@@ -461,14 +670,73 @@ class OloproofPlugin:
             terminalreporter.write_line(line)
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if getattr(self, "_sigterm_installed", False):  # in-process sessions (pytest.main) must not leak it
+            try:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            except ValueError:
+                pass
         if self.recorder is not None:
             self.recorder.close()
         if self.evaluation is not None:
             self.evaluation.caches.close()
 
 
+def _ini_config_path(config: pytest.Config) -> str | None:
+    """The `oloproof_config` ini value, relative to the ini file's folder as pytest does for paths."""
+    ini = str(config.getini("oloproof_config") or "").strip()
+    if not ini:
+        return None
+    path = Path(ini)
+    if not path.is_absolute() and config.inipath is not None:
+        path = config.inipath.parent / path
+    return str(path)
+
+
+def _merge_evaluators(header: dict[str, Any], used: list[dict[str, Any]]) -> None:
+    """Fold the evaluators an item used into the run header: a fixture overriding a
+    configured criterion replaces its description; an added evaluator is appended."""
+    known = header.setdefault("evaluators", [])
+    index = {d["criterion"]: i for i, d in enumerate(known)}
+    for d in used:
+        if d["criterion"] in index:
+            known[index[d["criterion"]]] = d
+        else:
+            index[d["criterion"]] = len(known)
+            known.append(d)
+
+
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _write_own_line(tr: Any, line: str) -> None:
+    """Write a line of our own between pytest's outputs, never inside a line of dots."""
+    tr.ensure_newline()
+    # pytest has no public "column" query; -q and xdist print dots without the path that
+    # ensure_newline() tracks, so look at the writer's column when it is there.
+    if getattr(getattr(tr, "_tw", None), "width_of_current_line", 0):
+        tr.write("\n")
+    tr.write_line(line)
+
+
+#: Seconds an interrupted session waits for cases already running in the prefetcher.
+PREFETCH_GRACE_S = 10.0
+
+
+class _XdistControllerHooks:
+    """Registered on the xdist controller only: learns how many cases the workers collected."""
+
+    def __init__(self, plugin: OloproofPlugin) -> None:
+        self.plugin = plugin
+
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
+        plugin = self.plugin
+        if plugin.config_path is None:
+            return
+        name = plugin.config_path.name
+        n = sum(1 for i in ids if str(i).split("::", 1)[0].rsplit("/", 1)[-1] == name)
+        plugin.items_selected = max(plugin.items_selected, n)
+        plugin._start_progress(n)
 
 
 @pytest.fixture(scope="session")

@@ -61,13 +61,22 @@ def metrics_table(metrics: Mapping[str, Mapping[str, Any]], confidence: float) -
         return ["(no evaluators configured)"]
     header = ("criterion", "estimate", f"{confidence * 100:g}% interval", "accounting")
     lines = table(metric_rows(metrics), header)
+    lines += accounting_lines(metrics)
+    if any(m.get("clustered") for m in metrics.values()):
+        lines.append("Intervals resample whole clusters (metadata.cluster).")
+    return lines
+
+
+def accounting_lines(metrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """Beneath the table: exclusion and missing reasons with counts, and why an interval fell back."""
+    lines = []
     for name, m in metrics.items():
         for label, reasons in (("excluded", m.get("excluded_reasons")), ("missing", m.get("missing_reasons"))):
             if reasons:
                 parts = ", ".join(f"{r} {n}" for r, n in sorted(reasons.items()))
                 lines.append(f"{name}: {label} — {parts}")
-    if any(m.get("clustered") for m in metrics.values()):
-        lines.append("Intervals resample whole clusters (metadata.cluster).")
+        if m.get("note") and m.get("observed"):
+            lines.append(f"{name}: interval {m.get('method')} ({m['note']})")
     return lines
 
 
@@ -81,21 +90,47 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
     ]
 
 
+#: terminal width a slice line wraps at
+SLICE_WIDTH = 120
+
+
 def slice_lines(slices: Sequence[Mapping[str, Any]], min_support: int) -> list[str]:
+    """One line per slice value listing every criterion; values short of support say so."""
     if not slices:
         return []
-    lines = ["Slices (exploratory; estimates within a slice are not population claims)"]
+    lines = [f"Slices (exploratory: estimates within a slice are not population claims; min support {min_support})"]
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in slices:
-        head = f"  {row['slice']}={row['value']}  {row['criterion']}"
-        if row.get("insufficient_support"):
-            lines.append(f"{head}  {row['support']} observed · insufficient support (min {min_support})")
+        groups.setdefault((row["slice"], row["value"]), []).append(row)
+    for (name, value), rows in groups.items():
+        head = f"  {name}={value}"
+        if all(r.get("insufficient_support") for r in rows):
+            most = max(r["support"] for r in rows)
+            lines.append(f"{head}: {most} observed · insufficient support")
             continue
-        m = {"kind": row["kind"], "value": row["value_estimate"]}
-        est = fmt_estimate(m)
-        iv = fmt_interval(row["kind"], row["low"], row["high"])
-        count = f"{row['passed']} / {row['support']}" if row["kind"] == "rate" else f"mean of {row['support']}"
-        lines.append(f"{head}  {est} {iv} · {count} observed")
+        lines += _wrap(f"{head}: ", [_slice_cell(r) for r in rows])
     return lines
+
+
+def _wrap(head: str, cells: Sequence[str], width: int = SLICE_WIDTH) -> list[str]:
+    """Cells joined with " · ", continued on indented lines rather than one very long line."""
+    lines, cur = [], head
+    for cell in cells:
+        if not cur.endswith(": ") and len(cur) + 3 + len(cell) + 2 > width:  # room for " ·"
+            lines.append(cur + " ·")
+            cur = "      " + cell
+        else:
+            cur = cur + cell if cur.endswith(": ") else f"{cur} · {cell}"
+    return [*lines, cur]
+
+
+def _slice_cell(row: Mapping[str, Any]) -> str:
+    if row.get("insufficient_support"):
+        return f"{row['criterion']} {row['support']} observed, insufficient support"
+    est = fmt_estimate({"kind": row["kind"], "value": row["value_estimate"]})
+    iv = fmt_interval(row["kind"], row["low"], row["high"])
+    count = f"{row['passed']}/{row['support']}" if row["kind"] == "rate" else f"n={row['support']}"
+    return f"{row['criterion']} {est} {iv} {count}"
 
 
 def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
@@ -122,6 +157,11 @@ def markdown_summary(record: Mapping[str, Any]) -> str:
     for name, est, iv, acc in metric_rows(record.get("metrics") or {}):
         out.append(f"| {name} | {est} | {iv} | {acc} |")
     out.append("")
+    notes = accounting_lines(record.get("metrics") or {})
+    if any(m.get("clustered") for m in (record.get("metrics") or {}).values()):
+        notes.append("Intervals resample whole clusters (metadata.cluster).")
+    if notes:
+        out += [f"- {line}" for line in notes] + [""]
     out += [f"`{line}`  " for line in cache_lines(record["cache"])]
     return "\n".join(out) + "\n"
 

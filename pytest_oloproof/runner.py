@@ -19,6 +19,7 @@ from .evaluation import evaluate_record
 from .evaluators import Registry
 from .evaluators.base import Evaluator
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
+from .identity import settings_identity
 from .store import RunWriter, Store, new_run_id
 
 
@@ -118,16 +119,7 @@ class Evaluation:
             "config_path": str(self.cfg.path),
             "config": self.cfg.raw,
             "system": dict(self.system.config),
-            "evaluators": [
-                {
-                    "criterion": e.criterion,
-                    "type": e.type,
-                    "kind": e.kind,
-                    "asserts": e.asserts,
-                    "settings": safe_settings(e),
-                }
-                for e in self.evaluators
-            ],
+            "evaluators": describe_evaluators(self.evaluators),
             "slices": list(s.slices),
             "min_slice_support": s.min_slice_support,
             "confidence": s.confidence,
@@ -137,11 +129,33 @@ class Evaluation:
         }
 
 
+def describe_evaluators(evaluators: Sequence[Evaluator]) -> list[dict[str, Any]]:
+    """What the run record says about each evaluator (the metrics are computed from this list)."""
+    return [
+        {
+            "criterion": e.criterion,
+            "type": e.type or type(e).__name__,
+            "kind": e.kind,
+            "asserts": e.asserts,
+            "settings": safe_settings(e),
+            "identity": _identity(e),
+        }
+        for e in evaluators
+    ]
+
+
 def safe_settings(e: Evaluator) -> dict[str, Any]:
     try:
         return dict(e.settings())
     except Exception:
         return {}
+
+
+def _identity(e: Evaluator) -> str | None:
+    try:
+        return settings_identity(e.settings())
+    except (TypeError, ValueError):
+        return None
 
 
 def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
@@ -176,9 +190,14 @@ def case_from_record(rec: Mapping[str, Any]) -> Case:
 
 
 def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSystem) -> list[Evaluator]:
+    from .config import _line_of, read_yaml
+
+    node = read_yaml(cfg.path)[1] if cfg.settings.evaluators else None
     out = []
     for i, entry in enumerate(cfg.settings.evaluators):
-        out.append(registry.build(entry, i, str(cfg.path), cfg.base_dir, is_rag=system.is_rag))
+        line = _line_of(node, ["evaluators", i])  # the entry's line, so errors point into the file
+        where = f"{cfg.path}:{line}" if line else str(cfg.path)
+        out.append(registry.build(entry, i, where, cfg.base_dir, is_rag=system.is_rag))
     seen: dict[str, int] = {}
     for i, ev in enumerate(out):
         if ev.criterion in seen:

@@ -15,7 +15,12 @@ from .errors import StoreError
 from .identity import canonical_json, sha256_of
 
 RUN_SCHEMA = "oloproof.run/1"
-KIND_DIRS = {"run": "runs", "diagnosis": "diagnoses", "comparison": "comparisons"}
+KIND_DIRS = {
+    "run": "runs",
+    "diagnosis": "diagnoses",
+    "comparison": "comparisons",
+    "judge_validation": "judge_validations",
+}
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -61,6 +66,7 @@ class RunWriter:
 
     def add_case(self, rec: Mapping[str, Any]) -> None:
         self._cases.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
+        self._cases.flush()  # a killed process keeps every case that finished (one write per case)
 
     def finish(self, record: Mapping[str, Any]) -> None:
         self._cases.flush()
@@ -144,13 +150,21 @@ class Store:
         except (OSError, ValueError) as exc:
             raise StoreError(f"{kind} {doc_id}: cannot read {path}: {exc}") from exc
 
+    def iter_docs(self, kind: str) -> Iterator[dict[str, Any]]:
+        """Every stored document of a kind (unreadable ones skipped)."""
+        for doc_id in self.docs(kind):
+            try:
+                yield self.load_doc(kind, doc_id)
+            except StoreError:
+                continue
+
     def docs(self, kind: str) -> list[str]:
         d = self.root / KIND_DIRS[kind]
         if not d.is_dir():
             return []
         return sorted(f"sha256:{p.stem}" for p in d.glob("*.json"))
 
-    def resolve(self, ref: str, kinds: tuple[str, ...] = ("run", "diagnosis", "comparison")) -> tuple[str, str]:
+    def resolve(self, ref: str, kinds: tuple[str, ...] = tuple(KIND_DIRS)) -> tuple[str, str]:
         """(kind, full id) for an id or a unique prefix of one."""
         ref = ref.strip()
         if not ref:

@@ -6,6 +6,7 @@ import asyncio
 import importlib
 import inspect
 import sys
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +85,11 @@ def load_object(spec: str, base_dir: Path | None, *, what: str = "object") -> An
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{what}: cannot import module {module_name!r} for {spec!r}: {exc}") from exc
+    except Exception as exc:  # the module itself is broken: say where, keep the user's traceback
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        raise ConfigError(
+            f"{what}: importing module {module_name!r} for {spec!r} raised {type(exc).__name__}: {exc}\n{tb}"
+        ) from exc
     obj: Any = module
     for part in attr.split("."):
         try:

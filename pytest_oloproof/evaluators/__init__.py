@@ -13,7 +13,7 @@ from pydantic import ConfigDict, ValidationError, create_model
 from ..config import EvaluatorSettings, close_spelling
 from ..errors import ConfigError
 from .answers import Contains, ExactMatch, Regex
-from .base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
+from .base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator, OptionError
 from .citations import CitationValidity
 from .retrieval import MRR, NDCG, HitRate, Precision, Recall
 
@@ -23,6 +23,7 @@ __all__ = [
     "CriterionValue",
     "EvalInput",
     "Evaluator",
+    "OptionError",
     "Registry",
     "builtin_types",
 ]
@@ -86,14 +87,17 @@ class Registry:
         if "base_dir" in params and base_dir is not None:
             options["base_dir"] = base_dir
         try:
-            return cls(criterion=entry.criterion, asserts=entry.assert_, **options)
+            # the same default name the plugin gave the criterion's fixture at configure time
+            criterion = entry.criterion or cls.default_criterion(options)
+            return cls(criterion=criterion, asserts=entry.assert_, **options)
         except TypeError as exc:
             missing = [p for p, d in params.items() if d is inspect.Parameter.empty and p not in options]
             if missing:
                 raise ConfigError(f"{where}: evaluators[{index}].{missing[0]}: required for {entry.type}") from None
             raise ConfigError(f"{where}: evaluators[{index}]: {exc}") from None
         except ValueError as exc:
-            raise ConfigError(f"{where}: evaluators[{index}]: {exc}") from None
+            key = f".{exc.key}" if isinstance(exc, OptionError) else ""
+            raise ConfigError(f"{where}: evaluators[{index}]{key}: {exc}") from None
 
 
 def _options_of(cls: type[Evaluator]) -> dict[str, Any]:

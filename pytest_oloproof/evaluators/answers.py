@@ -6,7 +6,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import CriterionValue, EvalInput, Evaluator
+from .base import CriterionValue, EvalInput, Evaluator, OptionError
 
 
 def _norm(text: str, case_sensitive: bool, collapse_whitespace: bool) -> str:
@@ -129,7 +129,9 @@ class Regex(_FieldEvaluator):
             try:
                 re.compile(pattern)
             except re.error as exc:
-                raise ValueError(f"pattern {pattern!r} is not a valid regular expression: {exc}") from None
+                raise OptionError(
+                    "pattern", f"{pattern!r} is not a valid regular expression: {exc}; escape special characters"
+                ) from None
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "pattern": self.pattern, "fullmatch": self.fullmatch}
@@ -137,14 +139,13 @@ class Regex(_FieldEvaluator):
     def evaluate(self, x: EvalInput) -> CriterionValue:
         if self.pattern is None:
             parts = self._inputs(x)
-            if isinstance(parts, CriterionValue):
-                return parts
-            pattern, got = parts
-        else:
-            parts = self._inputs(EvalInput(x.case_id, x.input, {"p": self.pattern}, x.metadata, x.output))
-            if isinstance(parts, CriterionValue):
-                return parts
-            pattern, got = self.pattern, parts[1]
+        else:  # the configured pattern stands in for the expected value
+            parts = self._inputs(
+                EvalInput(x.case_id, x.input, {self.expected_field: self.pattern}, x.metadata, x.output)
+            )
+        if isinstance(parts, CriterionValue):
+            return parts
+        pattern, got = parts
         flags = 0 if self.case_sensitive else re.IGNORECASE
         try:
             rx = re.compile(pattern, flags)

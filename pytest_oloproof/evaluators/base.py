@@ -95,6 +95,14 @@ class CriterionValue:
         )
 
 
+class OptionError(ValueError):
+    """A bad evaluator setting, raised by a constructor; the registry reports it as `evaluators[i].<key>`."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class Evaluator(ABC):
     """Base class for evaluator types.
 
@@ -116,6 +124,11 @@ class Evaluator(ABC):
     def __init__(self, criterion: str, asserts: bool | None = None) -> None:
         self.criterion = criterion
         self.asserts = self.asserts_by_default if asserts is None else asserts
+
+    @classmethod
+    def default_criterion(cls, options: Mapping[str, Any]) -> str:
+        """The criterion name used when the config gives none (known before construction)."""
+        return cls.type
 
     def settings(self) -> dict[str, Any]:
         """Settings that are part of this evaluator's judgment identity."""

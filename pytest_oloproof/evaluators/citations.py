@@ -14,7 +14,9 @@ class CitationValidity(Evaluator):
     type = "citation_validity"
     kind = "rate"
     reads = frozenset({"output", "context"})
-    needs_rag = True
+    # Allowed on a plain callable (SPEC §1: only retrieval metrics need stages); each case
+    # is then excluded with reason no_context, visibly under the table.
+    needs_rag = False
 
     def __init__(
         self,
@@ -24,9 +26,13 @@ class CitationValidity(Evaluator):
         field: str = "citations",
         require_citations: bool = False,
     ) -> None:
-        super().__init__(criterion or "citations_valid", asserts)
+        super().__init__(criterion or self.default_criterion({}), asserts)
         self.field = field
         self.require_citations = require_citations
+
+    @classmethod
+    def default_criterion(cls, options: Mapping[str, Any]) -> str:
+        return "citations_valid"
 
     def settings(self) -> dict[str, Any]:
         return {"field": self.field, "require_citations": self.require_citations}

@@ -11,6 +11,7 @@ provider's identity (never a secret).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -103,7 +104,7 @@ class _LLMJudge(Evaluator):
     reads: ClassVar[frozenset[str]] = frozenset({"output", "context"})
     asserts_by_default: ClassVar[bool] = True
     needs_rag: ClassVar[bool] = True
-    default_criterion: ClassVar[str] = ""
+    criterion_name: ClassVar[str] = ""
     default_prompt: ClassVar[str] = ""
     default_prompt_version: ClassVar[str] = ""
     placeholders: ClassVar[tuple[str, ...]] = ()
@@ -126,7 +127,7 @@ class _LLMJudge(Evaluator):
         field: str = "answer",
         base_dir: Path | None = None,
     ) -> None:
-        super().__init__(criterion or self.default_criterion, asserts)
+        super().__init__(criterion or self.criterion_name, asserts)
         if isinstance(provider, str):
             self.provider: Provider = build_provider(
                 {
@@ -180,6 +181,16 @@ class _LLMJudge(Evaluator):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.criterion} via {self.provider!r}>"
 
+    @classmethod
+    def default_criterion(cls, options: Mapping[str, Any]) -> str:
+        return cls.criterion_name
+
+    def with_provider(self, provider: Provider) -> _LLMJudge:
+        """The same judge asking another provider (e.g. one a conftest.py fixture supplies)."""
+        clone = copy.copy(self)
+        clone.provider = provider
+        return clone
+
     def _ask(self, user_prompt: str) -> tuple[bool, str]:
         """One provider call -> (passed, rationale); raises on any failure."""
         messages: Messages = [
@@ -208,7 +219,7 @@ class GroundednessJudge(_LLMJudge):
     """`grounded`: is the answer supported by the context `generate` received?"""
 
     type: ClassVar[str] = "groundedness_judge"
-    default_criterion: ClassVar[str] = "grounded"
+    criterion_name: ClassVar[str] = "grounded"
     default_prompt: ClassVar[str] = GROUNDEDNESS_PROMPT_V1
     default_prompt_version: ClassVar[str] = "groundedness/1"
     placeholders: ClassVar[tuple[str, ...]] = ("context", "answer")
@@ -264,7 +275,7 @@ class CitationSupportJudge(_LLMJudge):
     """
 
     type: ClassVar[str] = "citation_support_judge"
-    default_criterion: ClassVar[str] = "citations_supported"
+    criterion_name: ClassVar[str] = "citations_supported"
     default_prompt: ClassVar[str] = CITATION_SUPPORT_PROMPT_V1
     default_prompt_version: ClassVar[str] = "citation_support/1"
     placeholders: ClassVar[tuple[str, ...]] = ("passage", "claim")

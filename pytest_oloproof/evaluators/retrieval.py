@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from .. import metrics
-from .base import CandidateView, CriterionValue, EvalInput, Evaluator
+from .base import CandidateView, CriterionValue, EvalInput, Evaluator, OptionError
 
 Unit = Literal["document", "chunk"]
 
@@ -50,10 +50,14 @@ class _RetrievalEvaluator(Evaluator):
         relevance_unit: Unit = "document",
     ) -> None:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"k must be an integer >= 1, got {k!r}")
-        super().__init__(criterion or f"{self.prefix}_at_{k}", asserts)
+            raise OptionError("k", f"expected an integer >= 1, got {k!r}")
+        super().__init__(criterion or self.default_criterion({"k": k}), asserts)
         self.k = k
         self.relevance_unit = relevance_unit
+
+    @classmethod
+    def default_criterion(cls, options: Mapping[str, Any]) -> str:
+        return f"{cls.prefix}_at_{options.get('k')}"
 
     def settings(self) -> dict[str, Any]:
         return {"k": self.k, "relevance_unit": self.relevance_unit}

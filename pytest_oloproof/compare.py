@@ -1,0 +1,686 @@
+"""Comparison of two runs and the release gate (SPEC §10).
+
+Cases are paired by id. For every criterion both runs record, the difference
+candidate − baseline is reported in percentage points with a paired interval
+(Tango's score interval for pass/fail criteria, a paired mean-difference
+interval otherwise) and its accounting. A policy (compare.yaml) turns chosen
+criteria into decisions; the gate is PASS only when every decision passes.
+
+The comparison is a content-addressed `oloproof.comparison/1` document; the
+text is rendered from that document alone, so `oloproof inspect` prints the
+same lines as `oloproof compare`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import stats
+from .aggregate import slice_value
+from .errors import OloproofError, StoreError
+from .identity import sha256_of
+from .policy import (
+    INSUFFICIENT,
+    JUDGE_NOT_VALIDATED,
+    MISSING_EXCEEDS_LIMIT,
+    PASS,
+    TOO_FEW_PAIRS,
+    LoadedPolicy,
+    load_policy,
+)
+from .store import Store, load_run_file
+
+SCHEMA = "oloproof.comparison/1"
+EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
+JUDGE_EVALUATOR_TYPES = ("groundedness_judge", "citation_support_judge")
+
+
+class ComparisonError(OloproofError):
+    """The two runs cannot be compared (different systems, nothing recorded): exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+# ------------------------------------------------------------------ loading runs
+
+
+def load_run(store: Store, ref: str, role: str) -> dict[str, Any]:
+    """A whole run record (cases inline) from a run id, a unique prefix, or a run-record JSON file.
+
+    A run that recorded no case cannot be compared: that is an error, not an empty comparison.
+    """
+    path = Path(ref)
+    if ref.endswith(".json"):
+        if not path.is_file():
+            raise StoreError(f"{role} {ref}: no such run-record file")
+        record = load_run_file(path)
+    else:
+        try:
+            record = store.load_run(ref)
+        except StoreError as exc:
+            raise StoreError(f"{role}: {exc}") from None
+    if not record.get("cases"):
+        status = record.get("status", "unknown")
+        raise ComparisonError(
+            f"{role} run {record.get('run_id', ref)} ({status}) recorded no cases; nothing to compare"
+        )
+    return record
+
+
+def check_comparable(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:
+    """Runs of different systems (different `system.name`) are not comparable."""
+    cand = (candidate.get("system") or {}).get("name")
+    base = (baseline.get("system") or {}).get("name")
+    if cand != base:
+        raise ComparisonError(
+            f"the runs are of different systems: candidate {candidate.get('run_id')} is {cand!r}, "
+            f"baseline {baseline.get('run_id')} is {base!r}; compare two runs of one system"
+        )
+
+
+def criteria_of(record: Mapping[str, Any]) -> list[str]:
+    """Criterion names a run recorded, in evaluator order (case records as a fallback)."""
+    names = [e["criterion"] for e in record.get("evaluators") or [] if e.get("criterion")]
+    if names:
+        return names
+    seen: dict[str, None] = {}
+    for c in record.get("cases") or []:
+        for name in c.get("criteria") or {}:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def shared_criteria(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
+    base = set(criteria_of(baseline))
+    return [c for c in criteria_of(candidate) if c in base]
+
+
+# ------------------------------------------------------------------ judges
+
+
+def judge_gate(criterion: str, candidate_record: Mapping[str, Any], *, store: Store | None = None) -> str | None:
+    """`judge_not_validated` when ``criterion`` comes from an LLM judge without a passing validation.
+
+    The judge identity is the sha256 of its recorded settings (as `judge_validation.judge_identity`
+    computes it); validation records are read from `<store>/judge_validations/`. Returns None for
+    criteria that are not judged, and for judges holding a passing validation.
+    """
+    from .judge_validation import passing_validation
+
+    for e in candidate_record.get("evaluators") or []:
+        if e.get("criterion") != criterion or e.get("type") not in JUDGE_EVALUATOR_TYPES:
+            continue
+        identity = "sha256:" + sha256_of(e.get("settings") or {})
+        records: Iterable[Mapping[str, Any]] = store.iter_docs("judge_validation") if store is not None else ()
+        return None if passing_validation(records, identity) is not None else JUDGE_NOT_VALIDATED
+    return None
+
+
+# ------------------------------------------------------------------ pairing and intervals
+
+
+@dataclass
+class Pairing:
+    """One criterion's pairs: values of cases observed in both runs, and what was left out and why."""
+
+    criterion: str
+    pairs: list[tuple[str, float, float]]  # (case id, baseline value, candidate value)
+    missing: Counter[str]
+    excluded: Counter[str]
+    missing_ids: list[str]
+
+    @property
+    def binary(self) -> bool:
+        return all(b in (0.0, 1.0) and c in (0.0, 1.0) for _, b, c in self.pairs)
+
+
+def _by_id(record: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {c["id"]: c for c in record.get("cases") or []}
+
+
+def pair_criterion(name: str, cand: Mapping[str, Mapping[str, Any]], base: Mapping[str, Mapping[str, Any]]) -> Pairing:
+    """Pair one criterion by case id.
+
+    Excluded wins over missing: an exclusion (e.g. no relevance labels) is a property of the
+    case, so a case the criterion does not apply to is not counted as missing even when one
+    system failed on it. A case present in one run only is missing (never silently dropped).
+    """
+    pairs: list[tuple[str, float, float]] = []
+    missing: Counter[str] = Counter()
+    excluded: Counter[str] = Counter()
+    missing_ids: list[str] = []
+    for cid in sorted(set(cand) | set(base)):
+        if cid not in base:
+            missing["not_in_baseline"] += 1
+            missing_ids.append(cid)
+            continue
+        if cid not in cand:
+            missing["not_in_candidate"] += 1
+            missing_ids.append(cid)
+            continue
+        cv = (cand[cid].get("criteria") or {}).get(name) or {"status": "missing", "reason": "not_evaluated"}
+        bv = (base[cid].get("criteria") or {}).get(name) or {"status": "missing", "reason": "not_evaluated"}
+        statuses = (cv["status"], bv["status"])
+        if "excluded" in statuses:
+            reason = (cv if cv["status"] == "excluded" else bv).get("reason") or "excluded"
+            excluded[reason] += 1
+        elif "missing" in statuses:
+            side = (
+                "both"
+                if statuses == ("missing", "missing")
+                else ("candidate" if cv["status"] == "missing" else "baseline")
+            )
+            missing[f"missing_in_{side}"] += 1
+            missing_ids.append(cid)
+        else:
+            pairs.append((cid, float(bv["value"]), float(cv["value"])))
+    return Pairing(name, pairs, missing, excluded, missing_ids)
+
+
+def paired_interval(
+    pairs: Sequence[tuple[str, float, float]], binary: bool, confidence: float, seed: int
+) -> stats.Interval:
+    """Interval for the mean difference candidate − baseline (as a proportion, not points)."""
+    n = len(pairs)
+    if binary:
+        b = sum(1 for _, base, cand in pairs if cand == 1.0 and base == 0.0)
+        c = sum(1 for _, base, cand in pairs if cand == 0.0 and base == 1.0)
+        return stats.tango_interval(b, c, n, confidence)
+    return stats.paired_mean_diff_interval([cand - base for _, base, cand in pairs], confidence, seed=seed)
+
+
+def _points(x: float) -> float:
+    return x * 100.0
+
+
+def fmt_points(x: float) -> str:
+    """A signed difference in points at 0.1 (never "-0.0")."""
+    return f"{round(x, 1) + 0.0:+.1f}"
+
+
+def printed_interval(low: float, high: float) -> tuple[str, str]:
+    """Bounds in points rounded outward at 0.1: the printed interval contains the computed one."""
+    lo, hi = stats.round_outward(low, high, 1)
+    return f"{lo:+.1f}", f"{hi:+.1f}"
+
+
+def difference(pairing: Pairing, binary: bool, confidence: float, seed: int) -> dict[str, Any]:
+    """Estimate and interval in points, unrounded and as printed."""
+    n = len(pairing.pairs)
+    iv = paired_interval(pairing.pairs, binary, confidence, seed)
+    est = sum(c - b for _, b, c in pairing.pairs) / n if n else None
+    out: dict[str, Any] = {
+        "paired": n,
+        "estimate": None if est is None else _points(est),
+        "low": _points(iv.low),
+        "high": _points(iv.high),
+        "method": iv.method,
+        "confidence": confidence,
+    }
+    if iv.note:
+        out["note"] = iv.note
+    lo, hi = printed_interval(out["low"], out["high"])
+    out["printed"] = {"estimate": None if est is None else fmt_points(out["estimate"]), "low": lo, "high": hi}
+    return out
+
+
+def criterion_summary(pairing: Pairing, confidence: float, seed: int) -> dict[str, Any]:
+    """Everything the comparison says about one criterion."""
+    binary = pairing.binary
+    out = difference(pairing, binary, confidence, seed)
+    out.update(
+        {
+            "kind": "rate" if binary else "mean",
+            "missing": sum(pairing.missing.values()),
+            "excluded": sum(pairing.excluded.values()),
+            "missing_reasons": dict(sorted(pairing.missing.items())),
+            "excluded_reasons": dict(sorted(pairing.excluded.items())),
+            "missing_cases": list(pairing.missing_ids),
+        }
+    )
+    n = len(pairing.pairs)
+    if n:
+        out["baseline_mean"] = sum(b for _, b, _c in pairing.pairs) / n
+        out["candidate_mean"] = sum(c for _, _b, c in pairing.pairs) / n
+    if binary:
+        out["improved"] = [cid for cid, b, c in pairing.pairs if c > b]
+        out["regressed"] = [cid for cid, b, c in pairing.pairs if c < b]
+    else:
+        out["changed"] = [cid for cid, b, c in pairing.pairs if c != b]
+    return out
+
+
+# ------------------------------------------------------------------ slices
+
+
+def slice_names(record: Mapping[str, Any]) -> list[str]:
+    """The slices a run was configured with (the finished record keeps computed rows under `slices`)."""
+    names: dict[str, None] = {}
+    for entry in record.get("slices") or []:
+        names.setdefault(entry["slice"] if isinstance(entry, Mapping) else str(entry), None)
+    if not names:
+        for entry in (record.get("config") or {}).get("slices") or []:
+            names.setdefault(str(entry), None)
+    return list(names)
+
+
+def slice_rows(
+    pairings: Mapping[str, Pairing],
+    binary: Mapping[str, bool],
+    baseline_cases: Mapping[str, Mapping[str, Any]],
+    slices: Sequence[str],
+    min_support: int,
+    confidence: float,
+    seed: int,
+) -> list[dict[str, Any]]:
+    """Exploratory differences per slice value and criterion.
+
+    Pairs are grouped by the *baseline's* slice value: grouping by the candidate's (e.g. its
+    relevant_position) would select on an outcome of the change being measured.
+    """
+    from .aggregate import _slice_order
+
+    rows: list[dict[str, Any]] = []
+    for sl in slices:
+        values: set[str] = set()
+        for c in baseline_cases.values():
+            v = slice_value(c, sl)
+            if v is not None:
+                values.add(v)
+        for value in sorted(values, key=_slice_order):
+            for name, pairing in pairings.items():
+                members = [p for p in pairing.pairs if slice_value(baseline_cases[p[0]], sl) == value]
+                row: dict[str, Any] = {"slice": sl, "value": value, "criterion": name, "paired": len(members)}
+                if len(members) < min_support:
+                    row["insufficient_support"] = True
+                else:
+                    sub = Pairing(name, members, Counter(), Counter(), [])
+                    row.update(difference(sub, binary[name], confidence, seed))
+                rows.append(row)
+    return rows
+
+
+# ------------------------------------------------------------------ decisions
+
+
+def decide(
+    policy: LoadedPolicy,
+    pairings: Mapping[str, Pairing],
+    binary: Mapping[str, bool],
+    criteria: Mapping[str, Mapping[str, Any]],
+    candidate: Mapping[str, Any],
+    confidence: float,
+    seed: int,
+    store: Store | None,
+) -> list[dict[str, Any]]:
+    """Apply each decision of the policy; rules read the unrounded bounds."""
+    out = []
+    p = policy.policy
+    for d in p.decisions:
+        rule = d.rule
+        margin = float(d.margin or 0.0)
+        conf = rule.interval_confidence(confidence)
+        crit = criteria[d.criterion]
+        iv = crit if conf == confidence else difference(pairings[d.criterion], binary[d.criterion], conf, seed)
+        missing = int(crit["missing"])
+        row: dict[str, Any] = {
+            "name": d.name,
+            "criterion": d.criterion,
+            "test": d.test,
+            "margin": margin,
+            "interval": {"low": iv["low"], "high": iv["high"], "confidence": conf, "method": iv["method"]},
+            "paired": crit["paired"],
+            "missing": missing,
+        }
+        if p.missing == "exclude":
+            row["missing_dropped"] = missing
+        judge = judge_gate(d.criterion, candidate, store=store)
+        if judge is not None:
+            outcome, reason = INSUFFICIENT, judge
+        elif p.missing == "fail" and missing > 0:
+            outcome, reason = INSUFFICIENT, MISSING_EXCEEDS_LIMIT
+        elif crit["paired"] < p.min_pairs:
+            outcome, reason = INSUFFICIENT, TOO_FEW_PAIRS
+        else:
+            outcome, reason = rule.decide(float(iv["low"]), float(iv["high"]), margin)
+        row.update({"outcome": outcome, "reason": reason})
+        needed = rule.pairs_needed(margin, confidence)
+        if needed is not None and crit["paired"] < needed:
+            row["pairs_needed_without_change"] = needed
+        out.append(row)
+    return out
+
+
+def fmt_margin(m: float) -> str:
+    return f"{m:.1f}" if round(m, 1) == m else f"{m:g}"
+
+
+def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
+    notes: list[str] = []
+    for d in decisions:
+        needed = d.get("pairs_needed_without_change")
+        if needed is None:
+            continue
+        n = d["paired"]
+        note = (
+            f"{n} paired case{'' if n == 1 else 's'} cannot establish {d['test']} at a {fmt_margin(d['margin'])}-point "
+            f"margin; about {needed} would be needed with no changed verdicts"
+        )
+        if note not in notes:
+            notes.append(note)
+    return notes
+
+
+# ------------------------------------------------------------------ the whole comparison
+
+
+def _run_summary(record: Mapping[str, Any], source: str | None) -> dict[str, Any]:
+    return {
+        "run_id": record.get("run_id"),
+        "status": record.get("status"),
+        "system": dict(record.get("system") or {}),
+        "cases": len(record.get("cases") or []),
+        "source": source or "store",
+    }
+
+
+def compare_runs(
+    candidate: Mapping[str, Any],
+    baseline: Mapping[str, Any],
+    policy: LoadedPolicy | None = None,
+    *,
+    store: Store | None = None,
+    sources: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
+    """Build the `oloproof.comparison/1` document (raises ComparisonError/ConfigError before any write)."""
+    check_comparable(candidate, baseline)
+    shared = shared_criteria(candidate, baseline)
+    if policy is not None:
+        policy.check_criteria(shared)
+    confidence = float(
+        (policy.policy.confidence if policy and policy.policy.confidence else None) or candidate.get("confidence", 0.95)
+    )
+    seed = int(candidate.get("seed", 0) or 0)
+    cand_cases, base_cases = _by_id(candidate), _by_id(baseline)
+    both = sorted(set(cand_cases) & set(base_cases))
+    only_cand = sorted(set(cand_cases) - set(base_cases))
+    only_base = sorted(set(base_cases) - set(cand_cases))
+
+    warnings = _warnings(candidate, baseline, only_cand, only_base, shared)
+    pairings = {name: pair_criterion(name, cand_cases, base_cases) for name in shared}
+    binary = {name: p.binary for name, p in pairings.items()}
+    criteria = {name: criterion_summary(p, confidence, seed) for name, p in pairings.items()}
+    slices = slice_rows(
+        pairings,
+        binary,
+        base_cases,
+        slice_names(candidate),
+        int(candidate.get("min_slice_support", 5)),
+        confidence,
+        seed,
+    )
+    decisions = (
+        decide(policy, pairings, binary, criteria, candidate, confidence, seed, store) if policy is not None else []
+    )
+    gate = None
+    if policy is not None:
+        gate = "PASS" if all(d["outcome"] == PASS for d in decisions) else "BLOCK"
+    changed: dict[str, dict[str, dict[str, float]]] = {}
+    for name, p in pairings.items():
+        for cid, b, c in p.pairs:
+            if b != c:
+                changed.setdefault(cid, {})[name] = {"baseline": b, "candidate": c}
+    case_rows = []
+    for cid in sorted(set(cand_cases) | set(base_cases)):
+        where = (
+            "both" if cid in base_cases and cid in cand_cases else ("candidate" if cid in cand_cases else "baseline")
+        )
+        row: dict[str, Any] = {"id": cid, "in": where}
+        if cid in changed:
+            row["changed"] = changed[cid]
+        case_rows.append(row)
+    return {
+        "schema": SCHEMA,
+        "candidate": _run_summary(candidate, sources[0]),
+        "baseline": _run_summary(baseline, sources[1]),
+        "paired_cases": len(both),
+        "confidence": confidence,
+        "seed": seed,
+        "case_sets": {"only_in_candidate": only_cand, "only_in_baseline": only_base},
+        "warnings": warnings,
+        "criteria": criteria,
+        "sample_size_notes": sample_size_notes(decisions),
+        "slices": slices,
+        "min_slice_support": int(candidate.get("min_slice_support", 5)),
+        "policy": policy.snapshot() if policy is not None else None,
+        "decisions": decisions,
+        "gate": gate,
+        "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
+        "cases": case_rows,
+    }
+
+
+def _ids(ids: Sequence[str], limit: int = 5) -> str:
+    shown = ", ".join(ids[:limit])
+    return shown + (f", … ({len(ids) - limit} more)" if len(ids) > limit else "")
+
+
+def _warnings(
+    candidate: Mapping[str, Any],
+    baseline: Mapping[str, Any],
+    only_cand: Sequence[str],
+    only_base: Sequence[str],
+    shared: Sequence[str],
+) -> list[str]:
+    out = []
+    if only_cand or only_base:
+        out.append(
+            f"the runs used different case sets: {len(only_cand)} case(s) only in the candidate"
+            f"{' (' + _ids(only_cand) + ')' if only_cand else ''}, {len(only_base)} only in the baseline"
+            f"{' (' + _ids(only_base) + ')' if only_base else ''}; they count as missing"
+        )
+    ci = (candidate.get("system") or {}).get("index_version")
+    bi = (baseline.get("system") or {}).get("index_version")
+    if ci != bi:
+        out.append(f"the runs used different index_version: candidate {ci!r}, baseline {bi!r}")
+    for role, rec in (("candidate", candidate), ("baseline", baseline)):
+        if rec.get("status") != "complete":
+            out.append(f"the {role} run {rec.get('run_id')} is {rec.get('status') or 'of unknown status'}")
+    for role, rec in (("candidate", candidate), ("baseline", baseline)):
+        lonely = [c for c in criteria_of(rec) if c not in shared]
+        if lonely:
+            out.append(f"criteria only in the {role} run, not compared: {', '.join(lonely)}")
+    cj = {e["criterion"]: sha256_of(e.get("settings") or {}) for e in candidate.get("evaluators") or []}
+    for e in baseline.get("evaluators") or []:
+        name = e.get("criterion")
+        if e.get("type") in JUDGE_EVALUATOR_TYPES and name in cj and cj[name] != sha256_of(e.get("settings") or {}):
+            out.append(f"{name}: the runs used different judge settings (model, prompt or options)")
+    return out
+
+
+# ------------------------------------------------------------------ text
+
+
+def criterion_line(name: str, c: Mapping[str, Any]) -> str:
+    acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
+    if not c["paired"]:
+        return f"{name}: no paired values · {acc}"
+    pr = c["printed"]
+    return f"{name}: {pr['estimate']} points [{pr['low']}, {pr['high']}] · {acc}"
+
+
+def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
+    """The comparison as text (also what `oloproof inspect` prints for a comparison)."""
+    lines = [
+        f"Comparison {doc_id} of {doc['candidate']['run_id']} against {doc['baseline']['run_id']}"
+        f" · {doc['paired_cases']} paired cases"
+    ]
+    lines += [f"Warning: {w}" for w in doc.get("warnings") or []]
+    for name, c in doc["criteria"].items():
+        lines.append(criterion_line(name, c))
+        for label in ("missing", "excluded"):
+            reasons = c.get(f"{label}_reasons") or {}
+            if reasons:
+                lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
+    lines += list(doc.get("sample_size_notes") or [])
+    rows = doc.get("slices") or []
+    if rows:
+        lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
+        for r in rows:
+            head = f"  exploratory  {r['slice']}={r['value']}  {r['criterion']}:"
+            if r.get("insufficient_support"):
+                lines.append(f"{head} {r['paired']} paired · insufficient support (min {doc.get('min_slice_support')})")
+            else:
+                pr = r["printed"]
+                lines.append(f"{head} {pr['estimate']} points [{pr['low']}, {pr['high']}] · {r['paired']} paired")
+    if doc.get("policy") is None:
+        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
+        return lines
+    lines.append("Decisions")
+    for d in doc["decisions"]:
+        lines.append(
+            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points"
+            f"  {d['outcome']}  {d['reason']}"
+        )
+    lines.append(f"Gate: {doc['gate']} (exit {doc['exit_code']})")
+    return lines
+
+
+def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
+    """A GitHub step-summary section: the criterion lines and the decision table."""
+    out = [
+        f"### Oloproof gate · {doc.get('gate') or 'no policy'}",
+        "",
+        f"Comparison `{doc_id}` of `{doc['candidate']['run_id']}` against `{doc['baseline']['run_id']}`"
+        f" · {doc['paired_cases']} paired cases",
+        "",
+    ]
+    out += [f"> Warning: {w}  " for w in doc.get("warnings") or []]
+    out += ["| criterion | difference (points) | interval | accounting |", "|---|---|---|---|"]
+    for name, c in doc["criteria"].items():
+        acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
+        if c["paired"]:
+            pr = c["printed"]
+            out.append(f"| {name} | {pr['estimate']} | [{pr['low']}, {pr['high']}] | {acc} |")
+        else:
+            out.append(f"| {name} | — | — | {acc} |")
+    out += [f"\n{n}" for n in doc.get("sample_size_notes") or []]
+    if doc.get("decisions"):
+        out += ["", "| decision | criterion | test | outcome | reason |", "|---|---|---|---|---|"]
+        for d in doc["decisions"]:
+            test = f"{d['test']}, margin {fmt_margin(d['margin'])} points"
+            out.append(f"| {d['name']} | {d['criterion']} | {test} | **{d['outcome']}** | {d['reason']} |")
+        out += ["", f"**Gate: {doc['gate']} (exit {doc['exit_code']})**"]
+    return "\n".join(out) + "\n"
+
+
+# ------------------------------------------------------------------ one call for the CLI and the plugin
+
+
+def run_comparison(
+    store: Store,
+    candidate_ref: str | Mapping[str, Any],
+    baseline_ref: str | Mapping[str, Any],
+    policy: LoadedPolicy | str | Path | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """Load, validate, compare, store; returns (comparison id, document).
+
+    Everything that can be wrong (policy, run ids, systems, criteria) is checked before
+    the document is written, so a failed comparison leaves nothing behind.
+    """
+    loaded = load_policy(policy) if isinstance(policy, (str, Path)) else policy
+    sources = []
+    records = []
+    for role, ref in (("candidate", candidate_ref), ("baseline", baseline_ref)):
+        if isinstance(ref, Mapping):
+            records.append(ref)
+            sources.append(None)
+        else:
+            records.append(load_run(store, ref, role))
+            sources.append(str(Path(ref).resolve()) if ref.endswith(".json") else None)
+    doc = compare_runs(records[0], records[1], loaded, store=store, sources=(sources[0], sources[1]))
+    return store.save_doc("comparison", doc), doc
+
+
+# ------------------------------------------------------------------ pytest session gate (called by plugin.py)
+
+
+class SessionGate:
+    """The CI form: a baseline and a policy validated at session start, applied to the new run.
+
+    Lives here, not in plugin.py, so the plugin only calls `prepare` and `apply`.
+    """
+
+    def __init__(
+        self, store: Store, baseline: dict[str, Any], baseline_source: str | None, policy: LoadedPolicy | None
+    ) -> None:
+        self.store = store
+        self.baseline = baseline
+        self.baseline_source = baseline_source
+        self.policy = policy
+
+    @classmethod
+    def prepare(
+        cls, store: Store, baseline_ref: str | None, policy_path: str | None, invocation_dir: Path
+    ) -> SessionGate | None:
+        """Validate --oloproof-baseline / --oloproof-policy before any case runs (raises OloproofError)."""
+        if not baseline_ref and not policy_path:
+            return None
+        if not baseline_ref:
+            raise ComparisonError(
+                "--oloproof-policy needs --oloproof-baseline RUN_ID|FILE (the run to compare against)"
+            )
+        policy = None
+        if policy_path:
+            p = Path(policy_path)
+            policy = load_policy(p if p.is_absolute() else invocation_dir / p, "--oloproof-policy")
+        ref, source = baseline_ref, None
+        if baseline_ref.endswith(".json"):
+            p = Path(baseline_ref)
+            p = p if p.is_absolute() else invocation_dir / p
+            ref, source = str(p), str(p.resolve())
+        baseline = load_run(store, ref, "--oloproof-baseline")
+        return cls(store, baseline, source, policy)
+
+    def apply(self, record: Mapping[str, Any], summary_lines: list[str], step_summary: str | None = None) -> int | None:
+        """Compare the session's run with the baseline; extend the summary; return the exit status to force.
+
+        Returns 0 (PASS) or 3 (BLOCK) with a policy, None without one (pytest's own status stands).
+        Errors that only show once the run exists (e.g. a criterion the run lacks) are printed and
+        give exit 2.
+        """
+        try:
+            doc = compare_runs(
+                record, self.baseline, self.policy, store=self.store, sources=(None, self.baseline_source)
+            )
+            doc_id = self.store.save_doc("comparison", doc)
+        except OloproofError as exc:
+            summary_lines.append(f"Comparison not possible: {exc}")
+            return EXIT_USAGE if self.policy is not None else None
+        summary_lines.extend(render(doc, doc_id))
+        if step_summary:
+            with open(step_summary, "a", encoding="utf-8") as f:
+                f.write(markdown(doc, doc_id))
+        return int(doc["exit_code"]) if self.policy is not None else None
+
+
+# ------------------------------------------------------------------ CLI
+
+
+__all__ = [
+    "SCHEMA",
+    "ComparisonError",
+    "SessionGate",
+    "compare_runs",
+    "judge_gate",
+    "load_run",
+    "markdown",
+    "pair_criterion",
+    "paired_interval",
+    "render",
+    "run_comparison",
+]

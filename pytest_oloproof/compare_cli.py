@@ -1,0 +1,43 @@
+"""`oloproof compare`: the command-line face of compare.py (which, with scipy, is imported only when used)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from . import cli
+
+
+def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "compare",
+        help="compare a candidate run with a baseline run; with --policy, decide the release (exit 3 on BLOCK)",
+    )
+    p.add_argument("candidate", metavar="CANDIDATE", help="run id, unique prefix, or run-record JSON file")
+    p.add_argument("baseline", metavar="BASELINE", help="run id, unique prefix, or run-record JSON file")
+    p.add_argument("--policy", metavar="PATH", help="compare.yaml with the decisions of the gate")
+    common(p)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from .compare import render, run_comparison
+    from .policy import load_policy
+
+    policy = load_policy(args.policy) if args.policy else None
+    store = cli._store_from(args)
+    doc_id, doc = run_comparison(store, args.candidate, args.baseline, policy)
+    cli._emit(args, {"id": doc_id, **doc}, render(doc, doc_id))
+    return int(doc["exit_code"])
+
+
+def inspect_lines(doc: dict[str, Any], doc_id: str) -> list[str]:
+    """`oloproof inspect COMPARISON_ID`: the same text `oloproof compare` printed."""
+    from .compare import render
+
+    return render(doc, doc_id)
+
+
+cli.EXTENSIONS.append(add_parser)
+cli.COMMANDS["compare"] = cmd_compare
+cli.INSPECTORS["comparison"] = inspect_lines

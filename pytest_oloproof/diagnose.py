@@ -1,0 +1,778 @@
+"""Diagnosis (SPEC §9): re-run a run's failed cases under interventions and label why they failed.
+
+The core both faces drive: `oloproof diagnose` calls `Diagnoser.run_all`; the
+pytest form builds one item per selected case, calls `Diagnoser.run_case` in
+each item, `record` on the controller, and `finish` at session end. Nothing
+here imports pytest.
+
+A diagnosis is read case by case: a control (nothing changed, every cache
+bypassed) guards against flaky cases, and an intervention (gold context, a
+top-k replay, a reranker replay) tells which stage the failure is implicated
+in. The words are deliberately weak: a factor is *implicated*, an experiment is
+a *candidate*; recovery under an intervention never establishes a cause.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cases import Case
+from .errors import OloproofError, StoreError
+from .evaluators.base import Evaluator
+from .evaluators.retrieval import qrels_of
+from .execute import Engine, Plan, ResolvedSystem
+from .runner import Evaluation, RunRecorder, case_from_record, safe_settings
+from .system import load_object
+
+SCHEMA = "oloproof.diagnosis/1"
+INTERVENTIONS = ("gold-context", "top-k", "reranker")
+REPLAYS = ("top-k", "reranker")
+
+#: label -> (reason, strength, text of its output line); the order is the order of the output
+LABELS: dict[str, tuple[str, str, str]] = {
+    "RETRIEVAL_MISS": (
+        "relevant_not_retrieved",
+        "intervention_recovery",
+        "recovered; no relevant evidence was retrieved",
+    ),
+    "RANKED_OUT": (
+        "relevant_ranked_below_top_k",
+        "intervention_recovery",
+        "recovered; relevant evidence was retrieved but ranked below the top-k cut",
+    ),
+    "CONTEXT_ASSEMBLY_LOSS": (
+        "relevant_dropped_from_context",
+        "intervention_recovery",
+        "recovered; relevant evidence within top-k was left out of the context",
+    ),
+    "CONTEXT_DISTRACTION": (
+        "recovered_without_other_passages",
+        "intervention_recovery",
+        "recovered; relevant evidence was in the context, and recovered without the other passages",
+    ),
+    "RECOVERED_UNLABELED": (
+        "no_relevance_labels",
+        "intervention_recovery",
+        "recovered; the case has no relevance labels to place the failure",
+    ),
+    "GENERATION_FAILURE": (
+        "fails_with_gold_context",
+        "intervention_non_recovery",
+        "still failed with the gold context",
+    ),
+}
+UNSTABLE = "UNSTABLE"
+NOT_DIAGNOSED = "NOT_DIAGNOSED"
+
+#: label -> (implicated factor, candidate experiments); RECOVERED_UNLABELED implicates nothing
+FACTORS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "CONTEXT_ASSEMBLY_LOSS": ("context budget", ("a larger token budget", "smaller chunks")),
+    "RANKED_OUT": ("ranking cut", ("a larger top_k", "a reranker")),
+    "RETRIEVAL_MISS": ("retrieval", ("a larger depth", "a different retriever or index")),
+    "CONTEXT_DISTRACTION": ("other passages in the context", ("a smaller top_k", "a reranker")),
+    "GENERATION_FAILURE": ("generation", ("a change of prompt or model",)),
+}
+#: which gold-context labels a replay is expected to recover ("Confirmed under …")
+CONFIRMS: dict[str, tuple[str, ...]] = {
+    "top-k": ("RANKED_OUT",),
+    "reranker": ("RANKED_OUT", "CONTEXT_ASSEMBLY_LOSS"),
+}
+HYPOTHESIS = "This is a hypothesis to test, not an established cause."
+
+# child-run kinds: key in the diagnosis document, run-header purpose, text in "Child runs:"
+_CHILD = {
+    "gold-context": ("gold_context", "diagnosis-gold-context"),
+    "control": ("control", "diagnosis-control"),
+    "replay": ("replay", "diagnosis-top-k"),
+    "replay-control": ("replay_control", "diagnosis-replay-control"),
+}
+
+
+class DiagnosisError(OloproofError):
+    """A diagnosis that cannot start (unknown run, incomplete run, bad options): exit 2, nothing written."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to diagnose and how (the CLI arguments, or the --oloproof-* options)."""
+
+    run: str
+    intervention: str = "gold-context"
+    criterion: str | None = None
+    top_k: int | None = None
+    reranker: str | None = None
+    fresh: bool = False
+
+
+@dataclass
+class Result:
+    """A finished diagnosis: the stored document, its id (None when nothing was selected) and its text."""
+
+    doc: dict[str, Any]
+    doc_id: str | None
+    lines: list[str]
+    gold_doc_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.doc_id, **self.doc}
+
+
+# ------------------------------------------------------------------ per-case pieces
+
+
+def value_of(rec: Mapping[str, Any], criterion: str) -> dict[str, Any]:
+    """The criterion's value in a case record, reduced to status/value/reason."""
+    c = (rec.get("criteria") or {}).get(criterion) or {"status": "missing", "reason": "not_evaluated"}
+    out = {"status": c["status"]}
+    for key in ("value", "reason"):
+        if c.get(key) is not None:
+            out[key] = c[key]
+    return out
+
+
+def passed(v: Mapping[str, Any]) -> bool:
+    return v.get("status") == "observed" and float(v.get("value", 0.0)) >= 1.0
+
+
+def failed(v: Mapping[str, Any]) -> bool:
+    return v.get("status") == "observed" and float(v.get("value", 1.0)) < 1.0
+
+
+def relevant_evidence(rec: Mapping[str, Any], unit: str) -> tuple[list[int], bool] | None:
+    """Positions of relevant candidates in the recorded retrieval, and whether any entered the context.
+
+    None when the case has no relevance labels (or none with grade > 0).
+    """
+    case = case_from_record(rec)
+    if not case.relevant:
+        return None
+    qrels = qrels_of(case.relevant, unit)  # type: ignore[arg-type]
+    if not any(g > 0 for g in qrels.values()):
+        return None
+    positions = []
+    for c in rec.get("retrieval") or []:
+        key = (c["doc_id"], c.get("chunk_id")) if unit == "chunk" else c["doc_id"]
+        if qrels.get(key, 0) > 0:
+            positions.append(int(c["position"]))
+    in_context = bool(set(positions) & set(rec.get("context") or []))
+    return positions, in_context
+
+
+def label_case(
+    original: Mapping[str, Any],
+    criterion: str,
+    control: Mapping[str, Any],
+    intervention: Mapping[str, Any],
+    *,
+    top_k: int,
+    unit: str,
+) -> dict[str, Any]:
+    """One case's gold-context entry: label, reason, strength, best relevant position, the three values."""
+    evidence = relevant_evidence(original, unit)
+    best: int | str | None = None
+    if evidence is not None:
+        best = min(evidence[0]) if evidence[0] else "none"
+    if passed(control):
+        label, reason, strength = UNSTABLE, "passed_in_control", "not_diagnosed"
+    elif intervention.get("status") != "observed":
+        label, reason, strength = (
+            NOT_DIAGNOSED,
+            f"intervention_{intervention.get('reason', 'missing')}",
+            "not_diagnosed",
+        )
+    else:
+        if not passed(intervention):
+            label = "GENERATION_FAILURE"
+        elif evidence is None:
+            label = "RECOVERED_UNLABELED"
+        elif evidence[1]:
+            label = "CONTEXT_DISTRACTION"
+        elif not evidence[0]:
+            label = "RETRIEVAL_MISS"
+        elif min(evidence[0]) <= top_k:
+            label = "CONTEXT_ASSEMBLY_LOSS"
+        else:
+            label = "RANKED_OUT"
+        reason, strength = LABELS[label][0], LABELS[label][1]
+    return {
+        "id": original["id"],
+        "label": label,
+        "reason": reason,
+        "strength": strength,
+        "best_relevant_position": best,
+        "original": value_of(original, criterion),
+        "control": dict(control),
+        "intervention": dict(intervention),
+    }
+
+
+# ------------------------------------------------------------------ documents
+
+
+def _label_counts(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    counts = {label: 0 for label in LABELS}
+    for e in entries:
+        if e["label"] in counts:
+            counts[e["label"]] += 1
+    return counts
+
+
+def implicated(counts: Mapping[str, int], recovered: int, diagnosed: int) -> list[dict[str, Any]]:
+    """The factor(s) with the largest count, each with its share; never a cause."""
+    present = [(label, counts.get(label, 0)) for label in LABELS if label in FACTORS and counts.get(label, 0)]
+    if not present:
+        return []
+    top = max(n for _, n in present)
+    out = []
+    for label, n in present:
+        if n != top:
+            continue
+        basis, of = ("diagnosed", diagnosed) if label == "GENERATION_FAILURE" else ("recovered", recovered)
+        out.append({"factor": FACTORS[label][0], "label": label, "count": n, "of": of, "basis": basis})
+    return out
+
+
+def build_gold_doc(
+    base: Mapping[str, Any],
+    entries: Sequence[Mapping[str, Any]],
+    undiagnosable: Sequence[str],
+    child_runs: Mapping[str, str],
+) -> dict[str, Any]:
+    """The oloproof.diagnosis/1 document of a gold-context diagnosis (no timestamps: equal inputs, equal id)."""
+    entries = sorted(entries, key=lambda e: e["id"])
+    counts = _label_counts(entries)
+    unstable = sum(1 for e in entries if e["label"] == UNSTABLE)
+    not_diag = sum(1 for e in entries if e["label"] == NOT_DIAGNOSED)
+    diagnosed = len(entries) - unstable - not_diag
+    recovered = sum(n for label, n in counts.items() if LABELS[label][1] == "intervention_recovery")
+    imp = implicated(counts, recovered, diagnosed)
+    experiments = [{"factor": i["factor"], "experiment": x} for i in imp for x in FACTORS[i["label"]][1]]
+    return {
+        **base,
+        "intervention": {"name": "gold-context", "settings": {}},
+        "selected": [e["id"] for e in entries],
+        "undiagnosable": sorted(undiagnosable),
+        "counts": {
+            "selected": len(entries),
+            "undiagnosable": len(undiagnosable),
+            "control_passed": sum(1 for e in entries if passed(e["control"])),
+            "unstable": unstable,
+            "not_diagnosed": not_diag,
+            "diagnosed": diagnosed,
+            "recovered": recovered,
+            "labels": counts,
+        },
+        "cases": list(entries),
+        "implicated": imp,
+        "candidate_experiments": experiments,
+        "child_runs": dict(child_runs),
+    }
+
+
+def build_replay_doc(
+    base: Mapping[str, Any],
+    intervention: Mapping[str, Any],
+    entries: Sequence[Mapping[str, Any]],
+    undiagnosable: Sequence[str],
+    child_runs: Mapping[str, str],
+    gold_doc_id: str,
+) -> dict[str, Any]:
+    """The document of a top-k or reranker replay, carrying the gold-context labels of the same cases."""
+    entries = [
+        {**e, "unstable": e["label"] == UNSTABLE or passed(e["replay_control"])}
+        for e in sorted(entries, key=lambda e: e["id"])
+    ]
+    name = intervention["name"]
+    counted = [e for e in entries if not e["unstable"] and e["label"] != NOT_DIAGNOSED]
+    confirmable = [e for e in counted if e["label"] in CONFIRMS[name]]
+    gold_counted = [e for e in entries if e["label"] not in (UNSTABLE, NOT_DIAGNOSED)]
+    gold_counts = _label_counts(gold_counted)
+    return {
+        **base,
+        "intervention": dict(intervention),
+        "gold_context_diagnosis": gold_doc_id,
+        "selected": [e["id"] for e in entries],
+        "undiagnosable": sorted(undiagnosable),
+        "counts": {
+            "selected": len(entries),
+            "undiagnosable": len(undiagnosable),
+            "control_passed": sum(1 for e in entries if passed(e["replay_control"])),
+            "unstable": sum(1 for e in entries if e["unstable"]),
+            "not_diagnosed": sum(1 for e in entries if e["label"] == NOT_DIAGNOSED),
+            "diagnosed": len(counted),
+            "recovered": sum(1 for e in counted if passed(e["replay"])),
+            "confirm_labels": list(CONFIRMS[name]),
+            "confirmable": len(confirmable),
+            "confirmed": sum(1 for e in confirmable if passed(e["replay"])),
+            "gold": {
+                "diagnosed": len(gold_counted),
+                "recovered": sum(n for lb, n in gold_counts.items() if LABELS[lb][1] == "intervention_recovery"),
+                "labels": gold_counts,
+            },
+        },
+        "cases": list(entries),
+        "child_runs": dict(child_runs),
+    }
+
+
+# ------------------------------------------------------------------ text
+
+
+def intervention_title(intervention: Mapping[str, Any]) -> str:
+    """How an intervention is named in the output: "gold context", "top-k 4", "reranker mod:fn"."""
+    name, settings = intervention["name"], intervention.get("settings") or {}
+    if name == "top-k":
+        return f"top-k {settings.get('top_k')}"
+    if name == "reranker":
+        return f"reranker {settings.get('reranker')}"
+    return "gold context"
+
+
+def _label_lines(counts: Mapping[str, int], of: int) -> list[str]:
+    return [f"{label}: {counts[label]} of {of}, {LABELS[label][2]}" for label in LABELS if counts.get(label)]
+
+
+def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
+    """The diagnose output of SPEC §9, from the stored document alone."""
+    c = doc["counts"]
+    lines = [f"Selected: {c['selected']} failed cases with gold context (observed; no population claim)"]
+    if doc.get("undiagnosable"):
+        n = len(doc["undiagnosable"])
+        lines.append(f"Undiagnosable: {n} failed case(s) without gold context: {', '.join(doc['undiagnosable'])}")
+    if not c["selected"] or doc_id is None:
+        return lines
+    lines.append(f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention")
+    if c["unstable"]:
+        where = "the control" if doc["intervention"]["name"] == "gold-context" else "a control"
+        lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
+    if c["not_diagnosed"]:
+        lines.append(
+            f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "
+            "(an error; see the child run); not diagnosed"
+        )
+    title = intervention_title(doc["intervention"])
+    children = doc["child_runs"]
+    if doc["intervention"]["name"] == "gold-context":
+        lines.append(f"Recovered under gold context: {c['recovered']} of {c['diagnosed']}")
+        lines += _label_lines(c["labels"], c["diagnosed"])
+        if doc["implicated"]:
+            parts = [
+                f"{i['factor']}, in {i['count']} of the {i['of']} {i['basis']} failures" for i in doc["implicated"]
+            ]
+            lines.append(f"Implicated: {'; '.join(parts)}.")
+        lines += [f"Candidate experiment: {x['experiment']}. {HYPOTHESIS}" for x in doc["candidate_experiments"]]
+        child = f"gold context {children['gold_context']}, control {children['control']}"
+    else:
+        g = c["gold"]
+        lines.append(f"Recovered under {title}: {c['recovered']} of {c['diagnosed']}")
+        confirm = " or ".join(c["confirm_labels"])
+        lines.append(f"Confirmed under {title}: {c['confirmed']} of {c['confirmable']} {confirm} cases also recovered")
+        lines.append(
+            f"Labels from gold context (diagnosis {doc['gold_context_diagnosis']}): "
+            f"{g['recovered']} of {g['diagnosed']} recovered"
+        )
+        lines += _label_lines(g["labels"], g["diagnosed"])
+        child = (
+            f"gold context {children['gold_context']}, control {children['control']}, "
+            f"{title} {children['replay']}, replay control {children['replay_control']}"
+        )
+    lines += [f"Diagnosis {doc_id}", f"Child runs: {child}", f"Cases: oloproof inspect {doc_id}"]
+    return lines
+
+
+def case_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`oloproof inspect DIAGNOSIS`: one line per case, then the undiagnosable ones."""
+    replay = doc["intervention"]["name"] in REPLAYS
+    title = intervention_title(doc["intervention"])
+    lines = []
+    for e in doc["cases"]:
+        pos = e.get("best_relevant_position")
+        line = (
+            f"{e['id']}: {e['label']}, {e['reason']}, strength {e['strength']}, "
+            f"best relevant position {'n/a' if pos is None else pos}"
+        )
+        if replay:
+            if passed(e["replay_control"]):
+                tail = "passed in the replay control"
+            elif passed(e["replay"]):
+                tail = "recovered"
+            elif e["replay"].get("status") != "observed":
+                tail = f"no value ({e['replay'].get('reason')})"
+            else:
+                tail = "not recovered"
+            line += f"; under {title}: {tail}"
+        lines.append(line)
+    if doc.get("undiagnosable"):
+        n = len(doc["undiagnosable"])
+        lines.append(f"Undiagnosable: {n} failed case(s) without gold context: {', '.join(doc['undiagnosable'])}")
+    return lines
+
+
+# ------------------------------------------------------------------ the diagnoser
+
+
+@dataclass
+class _GoldSource:
+    """A stored gold-context diagnosis reused instead of re-executing its child runs."""
+
+    doc_id: str
+    doc: dict[str, Any]
+
+    def entry(self, case_id: str) -> dict[str, Any]:
+        for e in self.doc["cases"]:
+            if e["id"] == case_id:
+                return {k: e[k] for k in _GOLD_KEYS}
+        raise KeyError(case_id)
+
+
+_GOLD_KEYS = ("id", "label", "reason", "strength", "best_relevant_position", "original", "control", "intervention")
+
+
+@dataclass
+class Diagnoser:
+    """One diagnosis of one run: validated on construction (raises DiagnosisError, writes nothing)."""
+
+    ev: Evaluation
+    request: Request
+    warn: Callable[[str], None] = field(default=lambda message: None)
+
+    def __post_init__(self) -> None:
+        req, store = self.request, self.ev.store
+        if req.intervention not in INTERVENTIONS:
+            raise DiagnosisError(f"--intervention: {req.intervention!r} is not one of {', '.join(INTERVENTIONS)}")
+        try:
+            run = store.load_run(req.run)
+        except StoreError as exc:
+            raise DiagnosisError(f"cannot diagnose {req.run!r}: {exc}") from None
+        self.run = run
+        self.run_id: str = run["run_id"]
+        if run.get("status") != "complete":
+            raise DiagnosisError(
+                f"run {self.run_id} is {run.get('status') or 'incomplete'} (it was interrupted or is still running); "
+                "only a complete run can be diagnosed — re-run it with `oloproof run`"
+            )
+        rsys = dict(run.get("system") or {})
+        if rsys.get("kind") != "rag" or not self.ev.system.is_rag:
+            which = "the run's" if rsys.get("kind") != "rag" else f"the config's ({self.ev.cfg.path})"
+            raise DiagnosisError(
+                f"run {self.run_id}: {which} system {rsys.get('name')!r} is a plain callable, not a RAG system; "
+                "diagnosis needs the retrieve and generate stages (system.rag in oloproof.yaml)"
+            )
+        csys = self.ev.system.config
+        if csys.get("name") != rsys.get("name"):
+            raise DiagnosisError(
+                f"{self.ev.cfg.path}: system.name is {csys.get('name')!r} but run {self.run_id} is of "
+                f"{rsys.get('name')!r}; use --config with the oloproof.yaml of that system"
+            )
+        differ = [k for k in sorted(set(csys) | set(rsys)) if csys.get(k) != rsys.get(k)]
+        if differ:
+            detail = ", ".join(f"{k}: run {rsys.get(k)!r}, config {csys.get(k)!r}" for k in differ)
+            self.warn(
+                f"the system in {self.ev.cfg.path} differs from run {self.run_id} ({detail}); "
+                "diagnosing with the run's recorded settings"
+            )
+        self.criterion, self.evaluator = self._criterion(run)
+        depth = int(rsys["depth"])
+        if req.intervention == "top-k":
+            if req.top_k is None:
+                raise DiagnosisError("--intervention top-k needs --top-k N (the cut to replay with)")
+            if req.top_k < 1 or req.top_k > depth:
+                raise DiagnosisError(
+                    f"--top-k {req.top_k}: run {self.run_id} recorded {depth} candidates per case (depth {depth}); "
+                    f"a replay can only cut what was recorded — choose 1..{depth}, or re-run with a larger depth"
+                )
+        elif req.top_k is not None:
+            raise DiagnosisError(f"--top-k is for --intervention top-k, not {req.intervention}")
+        self.rerank: Callable[..., Any] | None = None
+        if req.intervention == "reranker":
+            if not req.reranker:
+                raise DiagnosisError("--intervention reranker needs --reranker module:function")
+            try:
+                fn = load_object(req.reranker, self.ev.cfg.base_dir, what="--reranker")
+            except OloproofError as exc:
+                raise DiagnosisError(str(exc)) from None
+            except Exception as exc:
+                raise DiagnosisError(
+                    f"--reranker: importing {req.reranker!r} failed: {type(exc).__name__}: {exc}"
+                ) from None
+            if not callable(fn):
+                raise DiagnosisError(
+                    f"--reranker: {req.reranker!r} is not callable (expected function(query, candidates))"
+                )
+            self.rerank = fn
+        elif req.reranker:
+            raise DiagnosisError(f"--reranker is for --intervention reranker, not {req.intervention}")
+        system = self.ev.system
+        self.engine = Engine(
+            ResolvedSystem(system.kind, system.obj, rsys, system.transient),
+            self.ev.caches,
+            timeout_s=self.ev.cfg.settings.timeout_s,
+            retries=self.ev.cfg.settings.retries,
+            base_dir=self.ev.cfg.base_dir,
+        )
+        self.top_k = int(rsys.get("top_k") or depth)
+        self.unit = _relevance_unit(run) or self.ev.relevance_unit
+        self.by_id: dict[str, dict[str, Any]] = {}
+        self.failed_ids: list[str] = []
+        self.undiagnosable: list[str] = []
+        for rec in run.get("cases") or []:
+            if not failed(value_of(rec, self.criterion)):
+                continue
+            self.by_id[rec["id"]] = rec
+            self.failed_ids.append(rec["id"])
+            if not (rec.get("expected") or {}).get("gold_context"):
+                self.undiagnosable.append(rec["id"])
+        self.gold: _GoldSource | None = None
+        self._planned = False
+        self.outcomes: dict[str, dict[str, Any]] = {}
+        self._recorders: dict[str, RunRecorder] = {}
+
+    # -- validation helpers
+
+    def _criterion(self, run: Mapping[str, Any]) -> tuple[str, Evaluator]:
+        declared = [e for e in run.get("evaluators") or [] if isinstance(e, Mapping)]
+        names = [e["criterion"] for e in declared]
+        name = self.request.criterion
+        if name is None:
+            asserting = [e["criterion"] for e in declared if e.get("asserts")]
+            if not asserting:
+                raise DiagnosisError(f"run {self.run_id} has no pass/fail criterion; name one with --criterion")
+            name = asserting[0]
+        if name not in names:
+            raise DiagnosisError(
+                f"--criterion {name!r}: run {self.run_id} has no such criterion (it has {', '.join(names) or 'none'})"
+            )
+        for e in self.ev.evaluators:
+            if e.criterion == name:
+                return name, e
+        raise DiagnosisError(
+            f"--criterion {name!r}: {self.ev.cfg.path} configures no evaluator for it; "
+            "diagnosis re-evaluates with the configured evaluators"
+        )
+
+    # -- selection and reuse
+
+    @property
+    def selectable(self) -> list[str]:
+        """Failed cases with gold context, in the run's order."""
+        return [i for i in self.failed_ids if i not in self.undiagnosable]
+
+    def is_replay(self) -> bool:
+        return self.request.intervention in REPLAYS
+
+    def base(self) -> dict[str, Any]:
+        """What identifies a diagnosis besides its cases: parent run, criterion, evaluator, system."""
+        return {
+            "schema": SCHEMA,
+            "run_id": self.run_id,
+            "criterion": self.criterion,
+            "evaluator": {"type": self.evaluator.type, "settings": safe_settings(self.evaluator)},
+            "system": dict(self.engine.system.config),
+        }
+
+    def select(self, ids: Iterable[str] | None = None) -> list[str]:
+        """Fix the cases to diagnose (all selectable ones by default) and find a reusable gold diagnosis."""
+        wanted = None if ids is None else set(ids)
+        selected = [i for i in self.selectable if wanted is None or i in wanted]
+        self.gold = None
+        if not self.request.fresh and selected:
+            self.gold = self.find_gold(selected, exact=not self.is_replay())
+        self._planned = True
+        return selected
+
+    def find_gold(self, selected: Sequence[str], *, exact: bool) -> _GoldSource | None:
+        """A stored gold-context diagnosis of this run, criterion, evaluator and system covering the cases.
+
+        `exact` asks for the same selection (so re-running diagnose yields the same document);
+        a replay only needs the labels, so any diagnosis covering its cases will do.
+        """
+        store, base = self.ev.store, self.base()
+        found: list[tuple[str, str, dict[str, Any]]] = []
+        for doc_id in store.docs("diagnosis"):
+            try:
+                doc = store.load_doc("diagnosis", doc_id)
+            except StoreError:
+                continue
+            if any(doc.get(k) != v for k, v in base.items()):
+                continue
+            if (doc.get("intervention") or {}).get("name") != "gold-context":
+                continue
+            have = set(doc.get("selected") or [])
+            if (have != set(selected)) if exact else not set(selected) <= have:
+                continue
+            runs = doc.get("child_runs") or {}
+            try:
+                if any(store.run_header(runs[k]).get("status") != "complete" for k in ("gold_context", "control")):
+                    continue
+            except (KeyError, StoreError):
+                continue
+            found.append((runs["gold_context"], doc_id, doc))
+        if not found:
+            return None
+        _, doc_id, doc = max(found, key=lambda t: t[0])  # the newest gold-context child run
+        return _GoldSource(doc_id, doc)
+
+    # -- executing one case
+
+    def _plans(self, rec: Mapping[str, Any]) -> dict[str, tuple[Plan, Any, bool]]:
+        cands = rec.get("retrieval") or []
+        gold = (rec.get("expected") or {}).get("gold_context")
+        plans: dict[str, tuple[Plan, Any, bool]] = {
+            "control": (Plan(label="control", bypass_cache=True), None, True),
+            "gold-context": (Plan(label="gold-context", recorded=cands, gold_context=gold), gold, False),
+        }
+        if self.request.intervention == "top-k":
+            plans["replay"] = (Plan(label="top-k", recorded=cands, top_k=self.request.top_k), None, False)
+        elif self.request.intervention == "reranker":
+            plans["replay"] = (Plan(label="reranker", recorded=cands, reranker=self.rerank), None, False)
+        if self.is_replay():
+            plans["replay-control"] = (Plan(label="replay-control", recorded=cands), None, True)
+        return plans
+
+    def run_case(self, case_id: str, *, control_first: bool = True) -> dict[str, Any]:
+        """Execute what one case needs (control and intervention, in either order) and label it.
+
+        Returns a JSON-safe outcome: the child-run case records (to record) and the case's entry.
+        Thread-safe if the system is; writes nothing.
+        """
+        if not self._planned:
+            self.select()
+        rec = self.by_id[case_id]
+        if case_id in self.undiagnosable:
+            return {"id": case_id, "undiagnosable": True}
+        case = case_from_record(rec)
+        plans = self._plans(rec)
+        kinds: list[str] = []
+        if self.gold is None:
+            kinds += ["control", "gold-context"] if control_first else ["gold-context", "control"]
+        if self.is_replay():
+            kinds += ["replay-control", "replay"] if control_first else ["replay", "replay-control"]
+        records = {kind: self._execute(case, *plans[kind]) for kind in kinds}
+        if self.gold is not None:
+            entry = self.gold.entry(case_id)
+        else:
+            entry = label_case(
+                rec,
+                self.criterion,
+                value_of(records["control"], self.criterion),
+                value_of(records["gold-context"], self.criterion),
+                top_k=self.top_k,
+                unit=self.unit,
+            )
+        if self.is_replay():
+            entry["replay_control"] = value_of(records["replay-control"], self.criterion)
+            entry["replay"] = value_of(records["replay"], self.criterion)
+        return {
+            "id": case_id,
+            "gold_diagnosis": None if self.gold is None else self.gold.doc_id,
+            "records": records,
+            "entry": entry,
+        }
+
+    def _execute(self, case: Case, plan: Plan, gold: Any, bypass_judgment: bool) -> dict[str, Any]:
+        rec = self.engine.execute(case, plan)
+        return self.ev.evaluate(case, rec, gold=gold, bypass_judgment=bypass_judgment)
+
+    # -- recording and finishing
+
+    def record(self, outcome: Mapping[str, Any]) -> None:
+        """Keep a case's outcome and append its child-run records to the child runs (controller side)."""
+        self.outcomes[outcome["id"]] = dict(outcome)
+        for kind, rec in (outcome.get("records") or {}).items():
+            self._recorder(kind).add(rec)
+
+    def _recorder(self, kind: str) -> RunRecorder:
+        if kind not in self._recorders:
+            key, purpose = _CHILD[kind]
+            intervention = {"name": self.request.intervention, "settings": self.settings()}
+            extra = {
+                "parent_run": self.run_id,
+                "diagnosis": {"criterion": self.criterion, "intervention": intervention, "child": key},
+            }
+            if kind == "replay":
+                purpose = f"diagnosis-{self.request.intervention}"
+            header = self.ev.header(cache_mode=self.ev.caches.mode, purpose=purpose, extra=extra)
+            header["system"] = dict(self.engine.system.config)
+            self._recorders[kind] = RunRecorder(self.ev.store, header)
+        return self._recorders[kind]
+
+    def settings(self) -> dict[str, Any]:
+        if self.request.intervention == "top-k":
+            return {"top_k": self.request.top_k}
+        if self.request.intervention == "reranker":
+            return {"reranker": self.request.reranker}
+        return {}
+
+    def finish(self, *, complete: bool = True) -> Result:
+        """Close the child runs, build and store the diagnosis document(s), and render the output."""
+        status = "complete" if complete else "incomplete"
+        child: dict[str, str] = {}
+        for kind, recorder in self._recorders.items():
+            recorder.finish(status)
+            child[_CHILD[kind][0]] = recorder.run_id
+        outcomes = [self.outcomes[i] for i in self.failed_ids if i in self.outcomes]
+        undiagnosable = [o["id"] for o in outcomes if o.get("undiagnosable")]
+        done = [o for o in outcomes if not o.get("undiagnosable")]
+        base = self.base()
+        if not done:
+            doc = build_gold_doc(base, [], undiagnosable, {})
+            return Result(doc, None, render(doc, None))
+        reused = {o.get("gold_diagnosis") for o in done}
+        gold_id: str | None = None
+        if reused == {None}:
+            gold_entries = [{k: o["entry"][k] for k in _GOLD_KEYS} for o in done]
+            gold_doc = build_gold_doc(
+                base,
+                gold_entries,
+                undiagnosable,
+                {"gold_context": child["gold_context"], "control": child["control"]},
+            )
+            if complete:
+                gold_id = self.ev.store.save_doc("diagnosis", gold_doc)
+        else:
+            gold_id = next(iter(reused - {None}))
+            assert gold_id is not None
+            gold_doc = self.ev.store.load_doc("diagnosis", gold_id)
+        if not self.is_replay():
+            return Result(gold_doc, gold_id, render(gold_doc, gold_id), gold_id)
+        children = {**gold_doc["child_runs"], "replay": child["replay"], "replay_control": child["replay_control"]}
+        intervention = {"name": self.request.intervention, "settings": self.settings()}
+        doc = build_replay_doc(
+            base, intervention, [dict(o["entry"]) for o in done], undiagnosable, children, gold_id or "(incomplete)"
+        )
+        doc_id = self.ev.store.save_doc("diagnosis", doc) if complete else None
+        return Result(doc, doc_id, render(doc, doc_id) if doc_id else render(doc, "(not stored: interrupted)"), gold_id)
+
+    def close(self) -> None:
+        for recorder in self._recorders.values():
+            recorder.close()
+
+    # -- the whole diagnosis without pytest
+
+    def run_all(self, concurrency: int = 1) -> Result:
+        """Select, execute every case (threads when concurrency > 1), record, finish."""
+        selected = self.select()
+        ids = [i for i in self.failed_ids if i in selected or i in self.undiagnosable]
+        try:
+            if concurrency > 1 and len(ids) > 1:
+                with concurrent.futures.ThreadPoolExecutor(max_workers=concurrency) as pool:
+                    for outcome in pool.map(self.run_case, ids):
+                        self.record(outcome)
+            else:
+                for case_id in ids:
+                    self.record(self.run_case(case_id))
+        except BaseException:
+            self.finish(complete=False)
+            raise
+        return self.finish()
+
+
+def _relevance_unit(run: Mapping[str, Any]) -> str | None:
+    for e in run.get("evaluators") or []:
+        unit = (e.get("settings") or {}).get("relevance_unit") if isinstance(e, Mapping) else None
+        if unit:
+            return str(unit)
+    return None

@@ -1,0 +1,94 @@
+"""`oloproof diagnose` and `oloproof inspect DIAGNOSIS`: the command-line face of diagnose.py."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from . import cli
+
+# diagnose.py (and scipy behind the runner) is imported only when a diagnosis runs, so that
+# registering the subcommand keeps every other `oloproof` command quick to start
+INTERVENTIONS = ("gold-context", "top-k", "reranker")
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return n
+
+
+def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("diagnose", help="re-run a run's failed cases under an intervention to learn why they failed")
+    p.add_argument("run_id", metavar="RUN_ID", help="run id, unique prefix, or run-record JSON file")
+    p.add_argument("--intervention", choices=INTERVENTIONS, default="gold-context", help="default: gold-context")
+    p.add_argument("--criterion", help="criterion to diagnose (default: the run's first pass/fail criterion)")
+    p.add_argument("--top-k", type=_positive, metavar="N", help="the cut to replay with (--intervention top-k)")
+    p.add_argument("--reranker", metavar="MODULE:FUNCTION", help="function(query, candidates) -> candidates")
+    p.add_argument("--fresh", action="store_true", help="re-execute child runs even if identical ones exist")
+    common(p)
+
+
+def load_evaluation(config: str | None, store: str | None) -> Any:
+    """The configured system and evaluators, with the store of --store when given."""
+    from .cache import Caches
+    from .runner import Evaluation
+    from .store import Store
+
+    path = Path(config or "oloproof.yaml")
+    if not path.is_file():
+        raise cli.UsageError(f"--config: {path} does not exist (diagnose loads the system from oloproof.yaml)")
+    ev = Evaluation.load(path.resolve(), load_case_files=False)
+    if store:
+        ev.store = Store(Path(store).resolve())
+        ev.caches = Caches(ev.store.cache_dir, ev.caches.mode)
+    return ev
+
+
+def _warn(message: str) -> None:
+    sys.stderr.write(f"oloproof: warning: {message}\n")
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from .diagnose import Diagnoser, Request
+
+    ev = load_evaluation(args.config, args.store)
+    request = Request(
+        run=args.run_id,
+        intervention=args.intervention,
+        criterion=args.criterion,
+        top_k=args.top_k,
+        reranker=args.reranker,
+        fresh=args.fresh,
+    )
+    try:
+        diagnoser = Diagnoser(ev, request, warn=_warn)
+        if diagnoser.is_replay() and not request.fresh:
+            if diagnoser.find_gold(diagnoser.selectable, exact=False) is None and diagnoser.selectable:
+                sys.stderr.write(
+                    f"oloproof: no gold-context diagnosis of {diagnoser.run_id} for {diagnoser.criterion} yet; "
+                    "running it first\n"
+                )
+        result = diagnoser.run_all(ev.cfg.settings.concurrency)
+    finally:
+        ev.caches.close()
+    cli._emit(args, result.to_json(), result.lines)
+    return cli.EXIT_OK
+
+
+def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
+    from .diagnose import case_lines
+
+    return case_lines(doc)
+
+
+cli.EXTENSIONS.append(_add)
+cli.COMMANDS["diagnose"] = cmd_diagnose
+cli.INSPECTORS["diagnosis"] = _inspect

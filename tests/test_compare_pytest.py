@@ -1,0 +1,189 @@
+"""The CI form: `pytest --oloproof --oloproof-baseline … --oloproof-policy …` gates the session (SPEC §6, §10)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from pytest_oloproof.store import Store
+
+N_CASES = 40
+
+
+def project(pytester: pytest.Pytester, module: str, passing: int, n: int = N_CASES) -> None:
+    """A plain-callable system whose first `passing` cases answer correctly; one module per run
+    (unique names, because in-process pytester runs share sys.modules)."""
+    pytester.makepyfile(
+        **{
+            module: f"""
+def answer(input):
+    return {{"answer": "yes" if input["q"] < {passing} else "no"}}
+"""
+        }
+    )
+    pytester.makefile(
+        ".yaml",
+        oloproof=f"""
+system:
+  name: toy-gate
+  object: {module}:answer
+cases: cases.jsonl
+evaluators:
+  - {{type: contains, criterion: ok, field: answer, expected_field: answer}}
+store: .oloproof
+""",
+    )
+    lines = [json.dumps({"id": f"q{i:02d}", "input": {"q": i}, "expected": {"answer": "yes"}}) for i in range(n)]
+    pytester.makefile(".jsonl", cases="\n".join(lines) + "\n")
+
+
+def policy(pytester: pytest.Pytester, text: str) -> Path:
+    return pytester.makefile(".yaml", compare=text)
+
+
+NOT_WORSE = "decisions:\n  - {name: not-worse, criterion: ok, test: non-inferiority, margin: 5}\nmin_pairs: 10\n"
+BETTER = "decisions:\n  - {name: better, criterion: ok, test: superiority}\nmin_pairs: 10\n"
+
+
+def runs(pytester: pytest.Pytester) -> list[str]:
+    return Store(pytester.path / ".oloproof").run_ids()
+
+
+def test_block_exits_3_even_when_every_case_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project(pytester, "gate_sys_all_a", passing=N_CASES)
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (baseline,) = runs(pytester)
+    project(pytester, "gate_sys_all_b", passing=N_CASES)
+    policy(pytester, NOT_WORSE)
+    summary = pytester.path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    result = pytester.runpytest(
+        "--oloproof",
+        "-p",
+        "no:cacheprovider",
+        "--oloproof-baseline",
+        baseline[:12],
+        "--oloproof-policy",
+        "compare.yaml",
+    )
+    result.assert_outcomes(passed=N_CASES)
+    assert result.ret == 3
+    result.stdout.fnmatch_lines(
+        [
+            f"Comparison sha256:* of run_* against {baseline} · 40 paired cases",
+            "ok: +0.0 points [[]-8.8, +8.8[]] · 40 paired · 0 missing · 0 excluded",
+            "40 paired cases cannot establish non-inferiority at a 5.0-point margin; about 73 would be needed*",
+            "Decisions",
+            "  not-worse  ok  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  interval_overlaps_margin",
+            "Gate: BLOCK (exit 3)",
+        ]
+    )
+    md = summary.read_text(encoding="utf-8")
+    assert "**Gate: BLOCK (exit 3)**" in md
+    assert "| not-worse | ok | non-inferiority, margin 5.0 points | **INSUFFICIENT_EVIDENCE** |" in md
+    assert len(list((pytester.path / ".oloproof" / "comparisons").glob("*.json"))) == 1
+
+
+def test_pass_exits_0_even_when_cases_fail_with_a_json_baseline(pytester: pytest.Pytester) -> None:
+    project(pytester, "gate_sys_pass_a", passing=0)
+    first = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--oloproof-report", "baseline.json")
+    assert first.ret == 1
+    (baseline,) = runs(pytester)
+    project(pytester, "gate_sys_pass_b", passing=30)  # 10 cases still fail
+    policy(pytester, BETTER)
+    result = pytester.runpytest(
+        "--oloproof",
+        "-p",
+        "no:cacheprovider",
+        "--oloproof-baseline",
+        "baseline.json",
+        "--oloproof-policy",
+        "compare.yaml",
+    )
+    result.assert_outcomes(passed=30, failed=10)
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(
+        [
+            f"Comparison sha256:* of run_* against {baseline} · 40 paired cases",
+            "ok: +75.0 points * · 40 paired · 0 missing · 0 excluded",
+            "  better  ok  superiority, margin 0.0 points  PASS  lower_bound_above_margin",
+            "Gate: PASS (exit 0)",
+        ]
+    )
+
+
+def test_regression_fails_the_gate(pytester: pytest.Pytester) -> None:
+    project(pytester, "gate_sys_reg_a", passing=N_CASES)
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (baseline,) = runs(pytester)
+    project(pytester, "gate_sys_reg_b", passing=10)
+    policy(pytester, NOT_WORSE)
+    result = pytester.runpytest(
+        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
+    )
+    assert result.ret == 3
+    result.stdout.fnmatch_lines(
+        ["  not-worse  ok  non-inferiority, margin 5.0 points  FAIL  upper_bound_below_minus_margin", "Gate: BLOCK*"]
+    )
+
+
+def test_baseline_without_policy_prints_the_comparison_and_keeps_pytest_status(pytester: pytest.Pytester) -> None:
+    project(pytester, "gate_sys_nopol_a", passing=N_CASES)
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (baseline,) = runs(pytester)
+    project(pytester, "gate_sys_nopol_b", passing=39)
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline)
+    assert result.ret == 1  # pytest's own status: one case failed
+    result.stdout.fnmatch_lines(["ok: -2.5 points * · 40 paired*", "No policy given: no decisions and no gate*"])
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["--oloproof-baseline", "run_01NOPE", "--oloproof-policy", "compare.yaml"],
+            "*Oloproof cannot start: --oloproof-baseline: no run matches 'run_01NOPE'*",
+        ),
+        (
+            ["--oloproof-baseline", "missing.json", "--oloproof-policy", "compare.yaml"],
+            "*Oloproof cannot start: --oloproof-baseline *missing.json: no such run-record file*",
+        ),
+        (["--oloproof-policy", "compare.yaml"], "*--oloproof-policy needs --oloproof-baseline*"),
+        (
+            ["--oloproof-baseline", "BASE", "--oloproof-policy", "nope.yaml"],
+            "*--oloproof-policy: *nope.yaml does not exist*",
+        ),
+        (
+            ["--oloproof-baseline", "BASE", "--oloproof-policy", "bad.yaml"],
+            "*bad.yaml:3: min_pair: unknown key; did you mean min_pairs?*",
+        ),
+    ],
+)
+def test_bad_gate_options_exit_2_before_any_case_runs(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    project(pytester, "gate_sys_bad_a", passing=3, n=3)
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (baseline,) = runs(pytester)
+    policy(pytester, NOT_WORSE)
+    pytester.makefile(".yaml", bad=NOT_WORSE.replace("min_pairs", "min_pair"))
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", *[baseline if a == "BASE" else a for a in args])
+    assert result.ret == 2
+    result.stderr.fnmatch_lines([message])
+    result.stdout.no_fnmatch_line("*passed*")
+    assert runs(pytester) == [baseline]  # no case ran, no run was recorded
+    assert not (pytester.path / ".oloproof" / "comparisons").exists()
+
+
+def test_criterion_missing_from_the_new_run_exits_2(pytester: pytest.Pytester) -> None:
+    project(pytester, "gate_sys_crit_a", passing=3, n=3)
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (baseline,) = runs(pytester)
+    policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: okay"))
+    result = pytester.runpytest(
+        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
+    )
+    assert result.ret == 2
+    result.stdout.fnmatch_lines(
+        ["Comparison not possible: *compare.yaml:2: decisions[[]0[]].criterion: unknown criterion 'okay'*"]
+    )

@@ -1,0 +1,240 @@
+"""LLM judges wired through the plugin and the CLI: caching, provider fixtures, secrets, validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.judge_server import Recorded, Reply, ScriptedServer
+
+SECRET = "sk-test-DO-NOT-LEAK-7f3a9c1e"
+
+SYSTEM = '''
+from pytest_oloproof import Passage, Retrieval, rag_system
+
+DOCS = {"a": "Refunds take 14 days.", "b": "Seats cost 8 dollars."}
+
+@rag_system(name="judged", version="1", depth=2, top_k=1, index_version="i1")
+class Judged:
+    def retrieve(self, input, depth):
+        key = "a" if "refund" in input["q"] else "b"
+        return Retrieval(query=input["q"], depth=depth, candidates=(Passage(key, 1.0, DOCS[key]),))
+
+    def generate(self, input, context):
+        return {"answer": context[0].text, "citations": [context[0].doc_id]}
+'''
+
+JUDGE = '''
+import json, os
+from pathlib import Path
+
+def judge(messages):
+    counter = Path(os.environ["JUDGE_COUNTER"])
+    counter.write_text(str(int(counter.read_text() or 0) + 1) if counter.exists() else "1")
+    answer = messages[-1]["content"].split("ANSWER:", 1)[1]
+    ok = "14 days" in answer
+    return json.dumps({"verdict": "pass" if ok else "fail", "rationale": "scripted"})
+'''
+
+CASES = "\n".join(
+    json.dumps(c)
+    for c in [
+        {"id": "refund", "input": {"q": "refund time"}, "expected": {"answer": "14 days"}},
+        {"id": "seats", "input": {"q": "seat price"}, "expected": {"answer": "8 dollars"}},
+    ]
+)
+
+
+def _config(judge_line: str, module: str) -> str:
+    return f"""
+system:
+  rag: {{object: "{module}:Judged"}}
+cases: cases.jsonl
+evaluators:
+  - {{type: contains, criterion: answer_correct}}
+  - {judge_line}
+store: .store
+"""
+
+
+def _project(pytester: pytest.Pytester, judge_line: str, module: str) -> None:
+    pytester.makepyfile(**{module: SYSTEM})
+    pytester.makefile(".jsonl", cases=CASES)
+    pytester.makefile(".yaml", oloproof=_config(judge_line, module))
+
+
+def test_python_judge_is_cached_second_run_makes_no_calls(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    counter = pytester.path / "calls.txt"
+    monkeypatch.setenv("JUDGE_COUNTER", str(counter))
+    pytester.makepyfile(judge_mod_a=JUDGE)
+    _project(pytester, '{type: groundedness_judge, provider: python, object: "judge_mod_a:judge"}', "sys_judge_a")
+    first = pytester.runpytest("--oloproof", "--oloproof-report", "r1.json")
+    first.assert_outcomes(passed=1, failed=1)
+    assert counter.read_text() == "2"
+    report = json.loads((pytester.path / "r1.json").read_text())
+    grounded = {c["id"]: c["criteria"]["grounded"] for c in report["cases"]}
+    assert grounded["refund"]["value"] == 1.0 and grounded["seats"]["value"] == 0.0
+    assert grounded["seats"]["detail"]["rationale"] == "scripted"
+    second = pytester.runpytest("--oloproof")
+    second.assert_outcomes(passed=1, failed=1)
+    assert counter.read_text() == "2", "an identical second run must not call the judge"
+    second.stdout.fnmatch_lines(["Cache: execution 2 hit/0 miss; judgment 4 hit/0 miss"])
+
+
+def test_conftest_provider_fixture_replaces_the_configured_provider(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the configured provider points at a port nobody listens on; the fixture's provider answers instead
+    _project(
+        pytester,
+        "{type: groundedness_judge, provider: openai, base_url: 'http://127.0.0.1:9/v1', model: m, retries: 0}",
+        "sys_judge_b",
+    )
+    pytester.makeconftest(
+        '''
+import json, pytest
+
+class Always:
+    def identity(self):
+        return {"provider": "fixture", "model": "always-pass"}
+    def complete(self, messages):
+        return json.dumps({"verdict": "pass", "rationale": "from the fixture"})
+
+@pytest.fixture(scope="session")
+def oloproof_judge_provider():
+    return Always()
+'''
+    )
+    result = pytester.runpytest("--oloproof", "--oloproof-report", "r.json")
+    result.assert_outcomes(passed=2)
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert all(c["criteria"]["grounded"]["detail"]["rationale"] == "from the fixture" for c in report["cases"])
+
+
+def _all_text(folder: Path) -> str:
+    chunks = []
+    for path in folder.rglob("*"):
+        if path.is_file():
+            chunks.append(path.read_bytes().decode("utf-8", "replace"))
+    return "\n".join(chunks)
+
+
+def test_openai_judge_over_http_never_leaks_the_api_key(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OLOPROOF_TEST_KEY", SECRET)
+
+    def respond(req: Recorded) -> Reply:
+        body = req.json()
+        ok = "14 days" in body["messages"][-1]["content"].split("ANSWER:", 1)[1]
+        return Reply.verdict("pass" if ok else "fail", rationale="server says so")
+
+    with ScriptedServer(responder=respond) as server:
+        monkeypatch.setenv("JUDGE_URL", server.base_url)
+        _project(
+            pytester,
+            "{type: groundedness_judge, provider: openai, base_url: '${JUDGE_URL}', model: tiny, "
+            "api_key_env: OLOPROOF_TEST_KEY}",
+            "sys_judge_c",
+        )
+        result = pytester.runpytest("--oloproof", "--oloproof-report", "r.json", "--junitxml", "j.xml")
+        result.assert_outcomes(passed=1, failed=1)
+        assert len(server.requests) == 2
+        assert all(r.headers.get("Authorization") == f"Bearer {SECRET}" for r in server.requests)
+    output = result.stdout.str() + result.stderr.str()
+    assert SECRET not in output
+    assert SECRET not in (pytester.path / "r.json").read_text()
+    assert SECRET not in (pytester.path / "j.xml").read_text()
+    assert SECRET not in _all_text(pytester.path / ".store")  # run records and every cache file
+
+
+def test_unreachable_judge_is_missing_never_a_verdict(pytester: pytest.Pytester) -> None:
+    with ScriptedServer([Reply(500, body="boom")]) as server:
+        _project(
+            pytester,
+            f"{{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: m, retries: 1}}",
+            "sys_judge_d",
+        )
+        result = pytester.runpytest("--oloproof", "--oloproof-report", "r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    for case in report["cases"]:
+        c = case["criteria"]["grounded"]
+        assert c["status"] == "missing" and c["reason"].startswith("judge_error: ")
+    m = report["metrics"]["grounded"]
+    assert (m["observed"], m["missing"]) == (0, 2)
+    result.stdout.fnmatch_lines(["*grounded*0 / 0 observed · 2 missing · 0 excluded*"])
+    # a missing judgment is never cached: a later run asks again
+    assert report["cache"]["judgment"]["miss"] == 4
+
+
+# ------------------------------------------------------------------ validate-judge
+
+
+def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "JUDGE_COUNTER": str(cwd / "calls.txt")}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_oloproof.cli", *args], cwd=cwd, capture_output=True, text=True, env=env
+    )
+
+
+def _labels(n_agree: int, n_disagree: int) -> str:
+    rows = []
+    for i in range(n_agree):
+        ok = i % 2 == 0
+        rows.append(
+            {
+                "id": f"agree-{i}",
+                "output": {"answer": "14 days" if ok else "3 weeks"},
+                "context": [{"doc_id": "a", "text": "Refunds take 14 days."}],
+                "label": "pass" if ok else "fail",
+            }
+        )
+    for i in range(n_disagree):
+        rows.append(
+            {
+                "id": f"disagree-{i}",
+                "output": {"answer": "two weeks"},
+                "context": [{"doc_id": "a", "text": "Refunds take 14 days."}],
+                "label": "pass",
+            }
+        )
+    return "\n".join(json.dumps(r) for r in rows) + "\n"
+
+
+def test_validate_judge_records_agreement_and_exit_codes(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(judge_mod_v=JUDGE)
+    _project(pytester, '{type: groundedness_judge, provider: python, object: "judge_mod_v:judge"}', "sys_judge_v")
+    (pytester.path / "good.jsonl").write_text(_labels(40, 0))
+    (pytester.path / "poor.jsonl").write_text(_labels(20, 20))
+    good = _cli(pytester.path, "validate-judge", "--criterion", "grounded", "--labels", "good.jsonl", "--json")
+    assert good.returncode == 0, good.stderr
+    doc = json.loads(good.stdout)
+    assert doc["passed"] is True and doc["n"] == 40 and doc["agreement"]["accuracy"] == 1.0
+    assert doc["id"].startswith("sha256:")
+    stored = list((pytester.path / ".store" / "judge_validations").glob("*.json"))
+    assert len(stored) == 1
+    poor = _cli(pytester.path, "validate-judge", "--criterion", "grounded", "--labels", "poor.jsonl")
+    assert poor.returncode == 1
+    assert "Validation: NOT PASSED" in poor.stdout
+    inspect = _cli(pytester.path, "inspect", doc["id"][:16])
+    assert inspect.returncode == 0 and "Validation: PASSED" in inspect.stdout
+
+
+def test_validate_judge_bad_input_exits_2_and_writes_nothing(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(judge_mod_w=JUDGE)
+    _project(pytester, '{type: groundedness_judge, provider: python, object: "judge_mod_w:judge"}', "sys_judge_w")
+    (pytester.path / "bad.jsonl").write_text('{"id": "x", "output": {}, "context": [], "label": "maybe"}\n{oops\n')
+    bad = _cli(pytester.path, "validate-judge", "--criterion", "grounded", "--labels", "bad.jsonl")
+    assert bad.returncode == 2
+    assert "bad.jsonl:1" in bad.stderr and "bad.jsonl:2" in bad.stderr
+    not_judge = _cli(pytester.path, "validate-judge", "--criterion", "answer_correct", "--labels", "bad.jsonl")
+    assert not_judge.returncode == 2
+    assert "'answer_correct' is not a judge criterion" in not_judge.stderr and "grounded" in not_judge.stderr
+    assert not (pytester.path / ".store" / "judge_validations").exists()
