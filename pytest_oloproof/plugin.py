@@ -537,7 +537,7 @@ class OloproofPlugin:
         item = request.node
         assert isinstance(item, CaseItem)
         item.record = rec
-        item.evaluators = json_safe(describe_evaluators(evaluators))
+        item.evaluators = self._describe(evaluators)
         for name, c in rec["criteria"].items():
             value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
             item.user_properties.append((f"oloproof.{name}", value))
@@ -546,6 +546,15 @@ class OloproofPlugin:
         failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
         if failed:
             raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
+
+    def _describe(self, evaluators: list[Evaluator]) -> Any:
+        """The evaluators' description, computed once while they are the same (session) objects."""
+        key = tuple(id(e) for e in evaluators)
+        cached = getattr(self, "_described", None)
+        if cached is None or cached[0] != key:
+            cached = (key, json_safe(describe_evaluators(evaluators)), evaluators)  # keep them alive: ids stay valid
+            self._described = cached
+        return cached[1]
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:

@@ -1,0 +1,114 @@
+"""Ctrl-C and SIGTERM mid-run (SPEC §11): an incomplete record of what finished, and reuse on the next run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+N_CASES = 30
+
+SYSTEM = """
+import os, time
+from pytest_oloproof import Passage, Retrieval, rag_system
+
+
+@rag_system(name="sleepy-rag", version="1", depth=2, top_k=2, index_version="i1")
+class System:
+    def retrieve(self, input, depth):
+        passages = (Passage("d1", 1.0, "one"), Passage("d2", 0.5, "two"))
+        return Retrieval(query=input["q"], depth=depth, candidates=passages)
+
+    def generate(self, input, context):
+        if os.environ.get("SLEEPY_SLOW"):
+            time.sleep(0.4)
+        return {"answer": "yes " + input["q"]}
+"""
+
+
+def make_project(root: Path, concurrency: int) -> None:
+    (root / "sleepy_app.py").write_text(SYSTEM)
+    with (root / "cases.jsonl").open("w") as f:
+        for i in range(N_CASES):
+            f.write(json.dumps({"id": f"c{i:02d}", "input": {"q": f"q{i}"}, "expected": {"answer": "yes"}}) + "\n")
+    (root / "oloproof.yaml").write_text(
+        "system:\n  rag:\n    object: sleepy_app:System\n"
+        "cases: cases.jsonl\n"
+        "evaluators:\n  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
+        f"concurrency: {concurrency}\n"
+        "store: .oloproof\n"
+    )
+    (root / "pytest.ini").write_text("[pytest]\n")
+
+
+def oloproof_run(root: Path, slow: bool) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLEEPY_"))}
+    if slow:
+        env["SLEEPY_SLOW"] = "1"
+    return subprocess.Popen(
+        [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=root,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def recorded_lines(root: Path) -> list[str]:
+    runs = root / ".oloproof" / "runs"
+    if not runs.is_dir():
+        return []
+    lines: list[str] = []
+    for d in runs.iterdir():
+        path = d / "cases.jsonl"
+        if path.is_file():
+            lines += [ln for ln in path.read_text().splitlines() if ln.endswith("}")]
+    return lines
+
+
+@pytest.mark.parametrize(
+    ("signum", "concurrency"), [(signal.SIGINT, 1), (signal.SIGTERM, 4)], ids=["sigint", "sigterm"]
+)
+def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
+    tmp_path: Path, signum: int, concurrency: int
+) -> None:
+    make_project(tmp_path, concurrency)
+    proc = oloproof_run(tmp_path, slow=True)
+    deadline = time.monotonic() + 60
+    while len(recorded_lines(tmp_path)) < 3:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no case was recorded within 60 s"
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out  # pytest's "interrupted"
+
+    (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    finished = len(cases)
+    assert record["status"] == "incomplete", out
+    assert 3 <= finished < N_CASES, out
+    assert record["counts"]["cases"] == finished
+    assert len({c["id"] for c in cases}) == finished
+    assert all(c["criteria"]["answer_correct"]["status"] == "observed" for c in cases)
+
+    again = oloproof_run(tmp_path, slow=False)
+    out2, _ = again.communicate(timeout=120)
+    assert again.returncode == 0, out2
+    cache_line = re.search(r"Cache: execution (\d+) hit/(\d+) miss", out2)
+    assert cache_line, out2
+    # every case that finished is reused whole; nothing else claims to have finished
+    assert (int(cache_line[1]), int(cache_line[2])) == (finished, N_CASES - finished), out2
+    stages = re.search(r"Stages: retrieve (\d+) hit/(\d+) miss; generate (\d+) hit/(\d+) miss", out2)
+    assert stages, out2
+    assert int(stages[1]) + int(stages[2]) == N_CASES - finished
+    assert int(stages[3]) == 0  # an interrupted generate never left an entry
