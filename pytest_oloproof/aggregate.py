@@ -102,9 +102,10 @@ def slice_value(case: Mapping[str, Any], name: str) -> str | None:
         v = case.get("relevant_position")
         return None if v is None else str(v)
     if name == "context_truncated":
-        if case.get("retrieval") is None and case.get("error") is None:
-            return None
-        return "true" if case.get("context_truncated") else "false"
+        v = case.get("context_truncated")
+        if v is None or ("retrieval" in case and case["retrieval"] is None and case.get("error") is None):
+            return None  # a plain callable assembles no context
+        return "true" if v else "false"
     key = name.removeprefix("metadata.")
     meta = case.get("metadata") or {}
     if key not in meta:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,7 @@ class Caches:
         self.mode = mode if directory is not None else CacheMode.OFF
         self._cache: diskcache.Cache | None = None
         self._lock = threading.Lock()
+        self._local = threading.local()
 
     def _open(self) -> diskcache.Cache:
         with self._lock:
@@ -82,7 +85,32 @@ class Caches:
             text = json.dumps({"schema": _SCHEMA, "kind": kind, "value": value}, allow_nan=False)
         except (TypeError, ValueError):
             return  # not JSON: the contract check reports it; never store it
-        cache.set(full, text)
+        pending = getattr(self._local, "pending", None)
+        if pending is not None:
+            pending.append((full, text))
+        else:
+            cache.set(full, text)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Store this thread's writes of the block in one transaction (one SQLite commit per case, not six).
+
+        Only entries whose stage succeeded are ever put, so an exception in the block
+        still stores what was put before it. Nested blocks join the outer one.
+        """
+        if getattr(self._local, "pending", None) is not None or not self.mode.writes:
+            yield
+            return
+        self._local.pending = []
+        try:
+            yield
+        finally:
+            pending, self._local.pending = self._local.pending, None
+            if pending:
+                cache = self._open()
+                with cache.transact(retry=True):
+                    for full, text in pending:
+                        cache.set(full, text, retry=True)
 
     def stats(self) -> dict[str, int]:
         if self.directory is None or not Path(self.directory).exists():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import traceback
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ from .cache import Caches
 from .cases import Case
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
 from .evaluators.retrieval import qrels_of, units_of
-from .identity import context_identity, judgment_key
+from .identity import context_identity, judgment_key, sha256_of
 
 
 def eval_input(case: Case, rec: Mapping[str, Any], gold: Sequence[Mapping[str, Any]] | None = None) -> EvalInput:
@@ -85,25 +86,69 @@ def evaluate_record(
     hits = misses = 0
     error = rec.get("error")
     x = eval_input(case, rec, gold) if not error else None
-    for ev in evaluators:
-        if error or x is None:
-            value = CriterionValue.missing(
-                error["reason"] if error else "system_error", detail={"message": error["message"] if error else ""}
-            )
-        else:
-            value, hit = _judge(ev, x, caches, bypass_judgment)
-            hits += hit
-            misses += not hit
-        criteria[ev.criterion] = value.to_json()
+    digests = _Digests(x) if x is not None else None
+    with caches.batch():
+        for ev in evaluators:
+            if error or x is None or digests is None:
+                value = CriterionValue.missing(
+                    error["reason"] if error else "system_error",
+                    detail={"message": error["message"] if error else ""},
+                )
+            else:
+                value, hit = _judge(ev, x, caches, bypass_judgment, digests)
+                hits += hit
+                misses += not hit
+            criteria[ev.criterion] = value.to_json()
     rec["criteria"] = criteria
     rec["relevant_position"] = relevant_position(case, rec, relevance_unit)
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     return rec
 
 
-def _judge(ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool) -> tuple[CriterionValue, bool]:
+class _Digests:
+    """Digests of what evaluators read of one case, each computed once however many evaluators read it."""
+
+    def __init__(self, x: EvalInput) -> None:
+        self.x = x
+        self._expected: str | None = None
+        self._reads: dict[frozenset[str], str] = {}
+
+    def expected(self) -> str:
+        if self._expected is None:
+            self._expected = sha256_of(dict(self.x.expected))
+        return self._expected
+
+    def reads(self, ev: Evaluator) -> str:
+        key = frozenset(ev.reads)
+        if key not in self._reads:
+            self._reads[key] = sha256_of(_reads(ev, self.x))
+        return self._reads[key]
+
+
+_SETTINGS_DIGESTS: weakref.WeakKeyDictionary[Evaluator, str] = weakref.WeakKeyDictionary()
+
+
+def _settings_digest(ev: Evaluator) -> str:
+    """An evaluator's settings digest, memoised per evaluator object (settings do not change)."""
     try:
-        key = judgment_key(ev.type or type(ev).__name__, ev.settings(), x.expected, _reads(ev, x))
+        return _SETTINGS_DIGESTS[ev]
+    except (KeyError, TypeError):
+        digest = sha256_of(dict(ev.settings()))
+        try:
+            _SETTINGS_DIGESTS[ev] = digest
+        except TypeError:  # an unhashable evaluator: no memo
+            pass
+        return digest
+
+
+def _judge(
+    ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool, digests: _Digests | None = None
+) -> tuple[CriterionValue, bool]:
+    digests = digests or _Digests(x)
+    try:
+        key = judgment_key(
+            ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev)
+        )
     except (TypeError, ValueError):
         key = None
     if key is not None:

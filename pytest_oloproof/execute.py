@@ -22,7 +22,7 @@ from .cache import Caches
 from .cases import Case
 from .config import LoadedConfig
 from .errors import ConfigError, ContractError
-from .identity import canonical_json, execution_key, generate_key, retrieve_key
+from .identity import StageKeys, canonical_json
 from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object
 
 
@@ -140,6 +140,7 @@ class Engine:
     backoff_s: float = 0.05
     base_dir: Path | None = None
     _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    _stage_keys: tuple[dict[str, Any], StageKeys] | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------ pipeline
 
@@ -162,7 +163,9 @@ class Engine:
             seen["cache"] = rec["cache"]
         use_exec_cache = plan is NORMAL or plan.label == "normal"
         bypass = plan.bypass_cache
-        ekey = execution_key(sysconf, case.input)
+        keys = self._keys()
+        input_json = canonical_json(case.input)
+        ekey = keys.execution(input_json)
         if use_exec_cache:
             hit = self.caches.get("execution", ekey, bypass=bypass)
             if isinstance(hit, dict):
@@ -183,7 +186,7 @@ class Engine:
             candidates = [dict(c) for c in plan.recorded]
             rec["cache"]["retrieve"] = None
         else:
-            rkey = retrieve_key(sysconf, case.input)
+            rkey = keys.retrieve(input_json)
             cached = self.caches.get("retrieve", rkey, bypass=bypass)
             if isinstance(cached, list):
                 candidates = cached
@@ -241,7 +244,7 @@ class Engine:
             rec["context_truncated"] = asm.truncated
 
         # -- generate
-        gkey = generate_key(sysconf, case.input, context)
+        gkey = keys.generate(input_json, context)
         gen_bypass = bypass or plan.gold_context is not None or plan.recorded is not None
         cached_out = self.caches.get("generate", gkey, bypass=gen_bypass)
         if isinstance(cached_out, dict) and "output" in cached_out:
@@ -303,6 +306,12 @@ class Engine:
             )
         return out
 
+    def _keys(self) -> StageKeys:
+        """Stage keys for the current system settings (built again if the settings object is replaced)."""
+        if self._stage_keys is None or self._stage_keys[0] is not self.system.config:
+            self._stage_keys = (self.system.config, StageKeys(self.system.config))
+        return self._stage_keys[1]
+
     # ------------------------------------------------------------ drivers
 
     def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
@@ -334,7 +343,8 @@ class Engine:
             if self.timeout_s:
                 rec = self._run_with_timeout(case, plan, run)
             else:
-                rec = run(None)
+                with self.caches.batch():  # one commit for the stages of this attempt
+                    rec = run(None)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
             if not self._should_retry(rec, attempt):

@@ -22,50 +22,57 @@ def context_identity(context: Sequence[Any]) -> list[list[Any]]:
     return [[p.doc_id, p.chunk_id, p.text] for p in context]
 
 
+class StageKeys:
+    """The cache keys of one system's stages (SPEC §5).
+
+    The system's part of each identity is serialised once per run, and a
+    case's input once per case, instead of once per key.
+    """
+
+    def __init__(self, system: Mapping[str, Any]) -> None:
+        self._retrieve = canonical_json(
+            {"system": system["name"], "index_version": system.get("index_version"), "depth": system.get("depth")}
+        )
+        self._generate = canonical_json({"system": system["name"], "version": system.get("version")})
+        self._execution = canonical_json(dict(system))
+
+    @staticmethod
+    def _key(kind: str, system_part: str, *parts: str) -> str:
+        return hashlib.sha256("|".join((kind, system_part, *parts)).encode("utf-8")).hexdigest()
+
+    def retrieve(self, input_json: str) -> str:
+        """system name, index_version, depth, input (not version, top_k, budget)."""
+        return self._key("retrieve/2", self._retrieve, input_json)
+
+    def generate(self, input_json: str, context: Sequence[Any]) -> str:
+        """system name, version, input, the assembled context (not depth, top_k, budget)."""
+        return self._key("generate/2", self._generate, input_json, canonical_json(context_identity(context)))
+
+    def execution(self, input_json: str) -> str:
+        """the whole system configuration and the input."""
+        return self._key("execution/2", self._execution, input_json)
+
+
 def retrieve_key(system: Mapping[str, Any], input: Any) -> str:
-    return sha256_of(
-        {
-            "cache": "retrieve/1",
-            "system": system["name"],
-            "index_version": system.get("index_version"),
-            "depth": system.get("depth"),
-            "input": input,
-        }
-    )
+    return StageKeys(system).retrieve(canonical_json(input))
 
 
 def generate_key(system: Mapping[str, Any], input: Any, context: Sequence[Any]) -> str:
-    return sha256_of(
-        {
-            "cache": "generate/1",
-            "system": system["name"],
-            "version": system.get("version"),
-            "input": input,
-            "context": context_identity(context),
-        }
-    )
+    return StageKeys(system).generate(canonical_json(input), context)
 
 
 def execution_key(system: Mapping[str, Any], input: Any) -> str:
-    return sha256_of({"cache": "execution/1", "system": dict(system), "input": input})
+    return StageKeys(system).execution(canonical_json(input))
 
 
-def judgment_key(
-    evaluator_type: str,
-    settings: Mapping[str, Any],
-    expected: Mapping[str, Any],
-    reads: Mapping[str, Any],
-) -> str:
-    """Identity of one verdict: the evaluator and everything it reads (never a secret)."""
-    return sha256_of(
-        {
-            "cache": "judgment/1",
-            "type": evaluator_type,
-            "settings": dict(settings),
-            "expected": dict(expected),
-            "reads": dict(reads),
-        }
-    )
+def judgment_key(evaluator_type: str, settings_digest: str, expected_digest: str, reads_digest: str) -> str:
+    """Identity of one verdict: the evaluator (type, settings) and everything it reads (never a secret).
+
+    The parts are digests (`sha256_of` of each), so a case's expected data and
+    output are serialised once for all its evaluators, not once per evaluator.
+    """
+    text = f"judgment/2|{evaluator_type}|{settings_digest}|{expected_digest}|{reads_digest}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def settings_identity(settings: Mapping[str, Any]) -> str:

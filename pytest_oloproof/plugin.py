@@ -7,6 +7,7 @@ per session when --oloproof is given.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import re
@@ -156,21 +157,45 @@ class CaseSystemError(Exception):
         super().__init__(error.get("message", "system error"))
 
 
+def _run_case(request: pytest.FixtureRequest) -> None:
+    """The test function of every case item; the item carries its case."""
+    item = request.node
+    assert isinstance(item, CaseItem)
+    item.config.stash[PLUGIN_KEY].run_item(request, item.case)
+
+
+# one function for every item, its signature given up front: pytest asks for it once per item
+_run_case.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("request", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+)
+
+
 class CaseItem(pytest.Function):
-    """One case: execute (or take the pre-executed result), evaluate, fail on failed criteria."""
+    """One case: execute (or take the pre-executed result), evaluate, fail on failed criteria.
+
+    Items live until the session ends, so once a case has run the item lets go of
+    it (and of its record) and keeps only its id and source line.
+    """
+
+    case_id: str = ""
+    case_source: str = ""
+
+    def bind(self, case: Case) -> None:
+        self.case = case
+        self.case_id = case.id
+        self.case_source = case.source
 
     case: Case
-    record: dict[str, Any] | None = None
     diagnosis: dict[str, Any] | None = None  # a diagnosis item's outcome (diagnose.Diagnoser.run_case)
     evaluators: list[dict[str, Any]] | None = None
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         line = None
-        src = getattr(self.case, "source", "")
+        src = self.case_source
         if ":" in src:
             tail = src.rsplit(":", 1)[1]
             line = int(tail) - 1 if tail.isdigit() else None
-        return self.path, line, f"oloproof case {self.case.id}"
+        return self.path, line, f"oloproof case {self.case_id}"
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         exc = excinfo.value
@@ -227,6 +252,7 @@ class OloproofPlugin:
         self.evaluation: Evaluation | None = None
         self.recorder: RunRecorder | None = None
         self.record: dict[str, Any] | None = None
+        self._outcomes: dict[str, tuple[dict[str, Any], Any]] = {}  # nodeid -> (record, evaluators) until reported
         self.prefetcher: Any = None
         self.progress: Any = None  # prefetch.Progress, on the controller
         self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
@@ -366,11 +392,8 @@ class OloproofPlugin:
         markers = ev.cfg.settings.markers
         for case in ev.cases:
 
-            def run_case(request: pytest.FixtureRequest, case: Case = case) -> None:
-                self.run_item(request, case)
-
-            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=run_case)
-            item.case = case
+            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case)
+            item.bind(case)
             item.add_marker("oloproof")
             _mark_case(self.config, item, case, markers)
             yield item
@@ -402,11 +425,8 @@ class OloproofPlugin:
         for case_id in self.diagnoser.failed_ids:
             case = case_from_record(self.diagnoser.by_id[case_id])
 
-            def run_case(request: pytest.FixtureRequest, case: Case = case) -> None:
-                self.run_item(request, case)
-
-            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=run_case)
-            item.case = case
+            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case)
+            item.bind(case)
             for marker in ("oloproof", "oloproof_failed", "oloproof_diagnose"):
                 item.add_marker(marker)
             _mark_case(self.config, item, case, ev.cfg.settings.markers)
@@ -462,6 +482,8 @@ class OloproofPlugin:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         items = [i for i in session.items if isinstance(i, CaseItem)]
         self.items_selected = len(items)
+        if self.evaluation is not None:
+            self.evaluation.cases = []  # the selected items hold their cases; let the others go
         if self.diagnoser is not None:
             self.diagnoser.select(i.case.id for i in items)
             return
@@ -516,6 +538,33 @@ class OloproofPlugin:
         if self.diagnoser is not None:
             return self._run_diagnosis_item(request, case)
         ev = self.prepare()
+        # evaluator fixtures are session-scoped: resolved by the first item, then reused
+        evaluators = self._evaluators if self._evaluators is not None else self._resolve_evaluators(request)
+        with ev.caches.batch():  # one cache commit for the case's stages and verdicts
+            if self.prefetcher is not None and self.prefetcher.has(case.id):
+                rec = self.prefetcher.result(case.id, tick=self._tick)
+            else:
+                rec = ev.execute(case)
+            rec = ev.evaluate(case, rec, evaluators)
+        item = request.node
+        assert isinstance(item, CaseItem)
+        # held here until the report takes it: an attribute would grow every item's __dict__ for good
+        self._outcomes[item.nodeid] = (rec, self._describe(evaluators))
+        for name, c in rec["criteria"].items():
+            value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
+            item.user_properties.append((self._property_name(name), value))
+        if rec.get("error"):
+            raise CaseSystemError(case.id, rec["error"])
+        failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
+        if failed:
+            raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
+
+    def _property_name(self, criterion: str) -> str:
+        """`oloproof.<criterion>`, one string object per criterion (a report keeps one per case)."""
+        names = self.__dict__.setdefault("_property_names", {})
+        return names.setdefault(criterion, f"oloproof.{criterion}")
+
+    def _resolve_evaluators(self, request: pytest.FixtureRequest) -> list[Evaluator]:
         evaluators = []
         for name in self.fixture_names:
             try:
@@ -527,25 +576,8 @@ class OloproofPlugin:
             if not isinstance(obj, Evaluator):
                 raise TypeError(f"fixture {name!r} must return a pytest_oloproof.Evaluator, got {type(obj).__name__}")
             evaluators.append(obj)
-        if self._evaluators is None:
-            self._evaluators = evaluators
-        if self.prefetcher is not None and self.prefetcher.has(case.id):
-            rec = self.prefetcher.result(case.id, tick=self._tick)
-        else:
-            rec = ev.execute(case)
-        rec = ev.evaluate(case, rec, evaluators)
-        item = request.node
-        assert isinstance(item, CaseItem)
-        item.record = rec
-        item.evaluators = self._describe(evaluators)
-        for name, c in rec["criteria"].items():
-            value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
-            item.user_properties.append((f"oloproof.{name}", value))
-        if rec.get("error"):
-            raise CaseSystemError(case.id, rec["error"])
-        failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
-        if failed:
-            raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
+        self._evaluators = evaluators
+        return evaluators
 
     def _describe(self, evaluators: list[Evaluator]) -> Any:
         """The evaluators' description, computed once while they are the same (session) objects."""
@@ -559,11 +591,13 @@ class OloproofPlugin:
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
         report = yield
-        if call.when == "call" and isinstance(item, CaseItem) and item.record is not None:
-            report.oloproof_case = item.record
-            report.oloproof_evaluators = item.evaluators
+        outcome = self._outcomes.pop(item.nodeid, None) if call.when == "call" else None
+        if outcome is not None:
+            report.oloproof_case, report.oloproof_evaluators = outcome
         if call.when == "call" and isinstance(item, CaseItem) and item.diagnosis is not None:
             report.oloproof_diagnosis = item.diagnosis
+        if call.when == "teardown" and isinstance(item, CaseItem) and not self.interrupted:
+            item.case = None  # type: ignore[assignment]  # done with it; see CaseItem
         return report
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -585,6 +619,7 @@ class OloproofPlugin:
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
         _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
         self.recorder.add(rec)
+        del report.oloproof_case  # recorded in the store; pytest keeps every report until the session ends
         if self.progress is None:  # under xdist the controller collects nothing
             self._start_progress(None)
         if self.prefetcher is None:  # the prefetcher counts the cases it executes
@@ -628,7 +663,7 @@ class OloproofPlugin:
         self.summary_lines = run_summary(record, store_root=store_root)
         report_path = self.config.getoption("oloproof_report")
         if report_path:
-            write_json(Path(report_path), record)
+            self.recorder.write_report(Path(report_path), record)
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:

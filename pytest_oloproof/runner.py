@@ -20,7 +20,7 @@ from .evaluators import Registry
 from .evaluators.base import Evaluator
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
 from .identity import settings_identity
-from .store import RunWriter, Store, new_run_id
+from .store import RunWriter, Store, new_run_id, write_json_stream
 
 
 def now_iso() -> str:
@@ -161,8 +161,8 @@ def _identity(e: Evaluator) -> str | None:
 def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
     """Make a case record self-contained, so diagnosis and comparison need only the store."""
     rec["input"] = case.input
-    rec["expected"] = dict(case.expected)
-    rec["metadata"] = dict(case.metadata)
+    rec["expected"] = case.expected
+    rec["metadata"] = case.metadata
     rec["source"] = case.source
     return rec
 
@@ -215,6 +215,50 @@ def apply_overrides(cfg: LoadedConfig, overrides: Mapping[str, Any]) -> LoadedCo
     return LoadedConfig(cfg.path, settings, cfg.raw)
 
 
+def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """What metrics, slices, cache counts and comparisons read of a case.
+
+    The full record (retrieval with texts, output, tracebacks) is appended to the
+    store as it arrives and not kept in memory, so a 100,000-case run stays small.
+    """
+    no_context = rec.get("retrieval") is None and not rec.get("error")
+    error = rec.get("error")
+    return {
+        "id": rec["id"],
+        "criteria": {name: _shared(c, _CRITERION_KEYS) for name, c in (rec.get("criteria") or {}).items()},
+        "metadata": rec.get("metadata") or {},
+        "relevant_position": rec.get("relevant_position"),
+        "context_truncated": None if no_context else bool(rec.get("context_truncated")),
+        "error": None if not error else {"reason": error.get("reason"), "stage": error.get("stage")},
+        "cache": _shared_cache(rec.get("cache") or {}),
+    }
+
+
+_SHARED: dict[tuple[Any, ...], dict[str, Any]] = {}
+_CRITERION_KEYS = ("status", "value", "reason")
+
+
+def _shared(d: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """One dict object per distinct small value (most criteria are 0.0 or 1.0): read-only by convention."""
+    key = tuple(d.get(k) for k in keys)
+    found = _SHARED.get(key)
+    if found is None:
+        found = {k: d[k] for k in keys if k in d}
+        if len(_SHARED) < 100_000:
+            _SHARED[key] = found
+    return found
+
+
+def _shared_cache(cache: Mapping[str, Any]) -> dict[str, Any]:
+    j = cache.get("judgment") or {}
+    key = ("cache", cache.get("execution"), cache.get("retrieve"), cache.get("generate"), j.get("hit"), j.get("miss"))
+    found = _SHARED.get(key)
+    if found is None:
+        found = {**cache, "judgment": dict(j)}
+        _SHARED[key] = found
+    return found
+
+
 class RunRecorder:
     """Collects case records of one run, appends them to the store, and writes the final record."""
 
@@ -232,7 +276,7 @@ class RunRecorder:
 
     def add(self, rec: dict[str, Any]) -> None:
         self._open().add_case(rec)
-        self.cases.append(rec)
+        self.cases.append(slim_case(rec))
 
     def summarize(self) -> dict[str, Any]:
         """Metrics, slices and cache counts for the cases recorded so far."""
@@ -260,9 +304,16 @@ class RunRecorder:
         }
 
     def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
         record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
+
+    def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
+        """The JSON run report with every full case record, streamed from the store (memory stays flat)."""
+        head = {k: v for k, v in record.items() if k != "cases"}
+        cases = self.store.iter_cases(self.run_id)
+        write_json_stream(path, head, "cases", cases)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -9,13 +9,31 @@ explicit conservative interval instead.
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import optimize, stats
+
+
+class _LazyModule:
+    """A scipy submodule imported on first use: importing scipy costs about a second, and most
+    pytest sessions with the plugin installed never compute an interval."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        module = self.__dict__.get("_module")
+        if module is None:
+            module = self.__dict__["_module"] = importlib.import_module(self._name)
+        return getattr(module, attr)
+
+
+optimize: Any = _LazyModule("scipy.optimize")
+stats: Any = _LazyModule("scipy.stats")
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",

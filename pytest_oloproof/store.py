@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -43,6 +43,28 @@ def atomic_write_text(path: Path, text: str) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False) + "\n")
+
+
+def write_json_stream(path: Path, head: Mapping[str, Any], key: str, items: Iterable[Any]) -> None:
+    """Atomically write `head` plus one list-valued `key` whose items are serialised one at a time."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            opening = json.dumps({**head, key: []}, indent=2, ensure_ascii=False, allow_nan=False)
+            f.write(opening[: opening.rindex("[]")] + "[")
+            for i, item in enumerate(items):
+                f.write(("\n    " if i == 0 else ",\n    ") + json.dumps(item, ensure_ascii=False, allow_nan=False))
+            f.write("\n  ]\n}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def new_run_id() -> str:
