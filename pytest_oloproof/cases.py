@@ -202,7 +202,7 @@ def _build_case(obj: Any, loc: str, first_seen: dict[str, str], errors: list[str
     if len(errors) > before:
         return None
     return Case(
-        id=case_id,
+        id=str(case_id),
         input=obj["input"],
         expected=expected,
         metadata=metadata,
@@ -255,12 +255,12 @@ def _relevant(value: Any, loc: str, errors: list[str]) -> tuple[RelevantUnit, ..
             ok = False
         if not ok:
             continue
-        unit_key = (doc_id, chunk_id)
+        unit_key = (str(doc_id), chunk_id)
         if unit_key in seen:
             errors.append(f"{loc}: {path} labels the same unit as {seen[unit_key]}")
             continue
         seen[unit_key] = path
-        units.append(RelevantUnit(doc_id=doc_id, chunk_id=chunk_id, grade=grade))
+        units.append(RelevantUnit(doc_id=str(doc_id), chunk_id=chunk_id, grade=grade))
     return tuple(units)
 
 
@@ -291,7 +291,7 @@ def _gold_context(value: Any, loc: str, errors: list[str]) -> tuple[GoldPassage,
             errors.append(f"{loc}: {path}.text must be a non-empty string, got {_preview(text)}")
             ok = False
         if ok:
-            passages.append(GoldPassage(doc_id=item.get("doc_id"), text=text, chunk_id=item.get("chunk_id")))
+            passages.append(GoldPassage(doc_id=item.get("doc_id"), text=str(text), chunk_id=item.get("chunk_id")))
     return tuple(passages)
 
 

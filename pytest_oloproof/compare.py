@@ -593,8 +593,8 @@ def run_comparison(
     the document is written, so a failed comparison leaves nothing behind.
     """
     loaded = load_policy(policy) if isinstance(policy, (str, Path)) else policy
-    sources = []
-    records = []
+    sources: list[str | None] = []
+    records: list[Mapping[str, Any]] = []
     for role, ref in (("candidate", candidate_ref), ("baseline", baseline_ref)):
         if isinstance(ref, Mapping):
             records.append(ref)

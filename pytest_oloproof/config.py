@@ -293,12 +293,3 @@ def load_config(path: Path) -> LoadedConfig:
                 )
             names[ev.criterion] = i
     return LoadedConfig(path=path, settings=settings, raw=raw)
-
-
-def evaluator_error(cfg: LoadedConfig, index: int, key: str | None, message: str) -> ConfigError:
-    """A ConfigError located at evaluators[index].key of the config file."""
-    node = read_yaml(cfg.path)[1]
-    loc: list[int | str] = ["evaluators", index] + ([key] if key else [])
-    line = _line_of(node, loc)
-    where = f"{cfg.path}:{line}" if line else str(cfg.path)
-    return ConfigError(f"{where}: {key_path(loc)}: {message}")

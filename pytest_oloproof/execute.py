@@ -229,14 +229,13 @@ class Engine:
         else:
             top_k = plan.top_k or sysconf["top_k"]
             budget = sysconf.get("token_budget")
-            tokens = [c.get("tokens") for c in candidates]
             if budget is not None:
                 for c in candidates:
                     if c.get("tokens") is None:
                         t = yield _Call("count_tokens", obj.count_tokens, (_passage(c),))
                         c["tokens"] = check_tokens(t, case.id, c["position"])
-                tokens = [c["tokens"] for c in candidates]
-            asm = assemble(len(candidates), top_k, budget, tokens)
+            counts: list[int | None] = [c.get("tokens") for c in candidates]
+            asm = assemble(len(candidates), top_k, budget, counts)
             by_pos = {c["position"]: c for c in candidates}
             context = [_passage(by_pos[p]) for p in asm.kept]
             rec["context"] = list(asm.kept)

@@ -212,7 +212,7 @@ class CaseItem(pytest.Function):
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
             return f"{head}\n{tb}{err.get('message', '')}".rstrip()
-        return super().repr_failure(excinfo)  # type: ignore[arg-type]
+        return super().repr_failure(excinfo)
 
 
 def _marker_name(value: Any) -> str:
@@ -561,7 +561,7 @@ class OloproofPlugin:
 
     def _property_name(self, criterion: str) -> str:
         """`oloproof.<criterion>`, one string object per criterion (a report keeps one per case)."""
-        names = self.__dict__.setdefault("_property_names", {})
+        names: dict[str, str] = self.__dict__.setdefault("_property_names", {})
         return names.setdefault(criterion, f"oloproof.{criterion}")
 
     def _resolve_evaluators(self, request: pytest.FixtureRequest) -> list[Evaluator]:

@@ -301,7 +301,8 @@ def _build_python(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
         raise ConfigError("provider python: `object: module:function` is required")
     obj = load_object(str(spec), base_dir)
     if callable(getattr(obj, "complete", None)) and callable(getattr(obj, "identity", None)):
-        return obj  # already a Provider (e.g. an instance defined in the user's module)
+        provider: Provider = obj  # already a Provider (e.g. an instance defined in the user's module)
+        return provider
     model = settings.get("model")
     return PythonProvider(obj, object=str(spec), model=None if model is None else str(model))
 

@@ -145,7 +145,8 @@ def _exact_rate(k: int, n: int, confidence: float, note: str | None = None) -> I
 
 def _ratio(sums: np.ndarray, sizes: np.ndarray, axis: int = -1) -> np.ndarray:
     """Pooled mean of resampled clusters (vectorised statistic for scipy.stats.bootstrap)."""
-    return np.sum(sums, axis=axis) / np.sum(sizes, axis=axis)
+    ratio: np.ndarray = np.sum(sums, axis=axis) / np.sum(sizes, axis=axis)
+    return ratio
 
 
 def _bootstrap(

@@ -131,7 +131,8 @@ class Store:
     def run_header(self, run_id: str) -> dict[str, Any]:
         path = self.run_dir(run_id) / "run.json"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            header: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return header
         except (OSError, ValueError) as exc:
             raise StoreError(f"run {run_id}: cannot read {path}: {exc}") from exc
 
@@ -168,7 +169,8 @@ class Store:
         digest = doc_id.removeprefix("sha256:")
         path = self.root / KIND_DIRS[kind] / f"{digest}.json"
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            return doc
         except (OSError, ValueError) as exc:
             raise StoreError(f"{kind} {doc_id}: cannot read {path}: {exc}") from exc
 

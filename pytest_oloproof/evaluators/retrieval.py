@@ -83,7 +83,7 @@ class HitRate(_RetrievalEvaluator):
     """1 when any relevant unit is among the first k candidates."""
 
     type = "hit_rate"
-    kind = "rate"
+    kind = "rate"  # type: ignore[assignment]  # a 0/1 metric, unlike the graded ones
     prefix = "hit_rate"
     metric = staticmethod(metrics.hit_rate)
 
