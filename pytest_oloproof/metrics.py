@@ -7,8 +7,8 @@ order the retriever produced them; Oloproof never re-sorts by score.
 A *unit* is a doc_id (``relevance_unit: document``) or a ``(doc_id, chunk_id)``
 pair (``relevance_unit: chunk``). ``qrels`` maps units to integer grades as in
 trec_eval qrels: grade > 0 is relevant, grade <= 0 is judged not relevant.
-Every metric agrees with trec_eval (via pytrec_eval) to 1e-9; see
-``docs/retrieval_metrics.md``.
+Every metric agrees with trec_eval (via pytrec_eval) to 1e-9; see the
+README's "Retrieval metrics" section.
 """
 
 from __future__ import annotations

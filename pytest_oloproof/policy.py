@@ -9,6 +9,7 @@ never passes.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ MISSING_EXCEEDS_LIMIT = "missing_exceeds_limit"
 JUDGE_NOT_VALIDATED = "judge_not_validated"
 
 
-class DecisionRule:
+class DecisionRule(ABC):
     """One statistical test: how an interval (in points) and a margin become an outcome."""
 
     test: ClassVar[str] = ""
@@ -39,9 +40,9 @@ class DecisionRule:
         """Confidence of the interval this test reads (the policy's confidence by default)."""
         return confidence
 
+    @abstractmethod
     def decide(self, low: float, high: float, margin: float) -> tuple[str, str]:
         """(outcome, reason) for unrounded bounds ``low``/``high`` and ``margin``, all in points."""
-        raise NotImplementedError
 
     def pairs_needed(self, margin: float, confidence: float) -> int | None:
         """Pairs needed to pass with no changed verdict, or None if that can never pass."""
