@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,13 +24,14 @@ KIND_DIRS = {
 }
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a whole file or nothing: temp file in the same folder, fsync, rename."""
+@contextmanager
+def atomic_file(path: Path) -> Iterator[TextIO]:
+    """A whole file or nothing: write to a temp file in the same folder, fsync, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -39,6 +41,11 @@ def atomic_write_text(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    with atomic_file(path) as f:
+        f.write(text)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -47,24 +54,12 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_json_stream(path: Path, head: Mapping[str, Any], key: str, items: Iterable[Any]) -> None:
     """Atomically write `head` plus one list-valued `key` whose items are serialised one at a time."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            opening = json.dumps({**head, key: []}, indent=2, ensure_ascii=False, allow_nan=False)
-            f.write(opening[: opening.rindex("[]")] + "[")
-            for i, item in enumerate(items):
-                f.write(("\n    " if i == 0 else ",\n    ") + json.dumps(item, ensure_ascii=False, allow_nan=False))
-            f.write("\n  ]\n}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    with atomic_file(path) as f:
+        opening = json.dumps({**head, key: []}, indent=2, ensure_ascii=False, allow_nan=False)
+        f.write(opening[: opening.rindex("[]")] + "[")
+        for i, item in enumerate(items):
+            f.write(("\n    " if i == 0 else ",\n    ") + json.dumps(item, ensure_ascii=False, allow_nan=False))
+        f.write("\n  ]\n}\n")
 
 
 def new_run_id() -> str:
