@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 __version__ = "0.1.0"
 
+from .errors import Transient
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
-from .execute import Transient
 from .system import Passage, Retrieval, rag_system
 
 F = TypeVar("F", bound=Callable[..., Any])

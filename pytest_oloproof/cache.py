@@ -8,9 +8,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import diskcache
+if TYPE_CHECKING:
+    import diskcache
+
 
 KINDS = ("execution", "retrieve", "generate", "judgment")
 _SCHEMA = "oloproof.cache/1"
@@ -56,6 +58,8 @@ class Caches:
         with self._lock:
             if self._cache is None:
                 assert self.directory is not None
+                import diskcache  # imported when a cache is first used, not with the plugin
+
                 self._cache = diskcache.Cache(str(self.directory), size_limit=2**40, eviction_policy="none")
             return self._cache
 

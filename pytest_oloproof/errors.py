@@ -25,3 +25,7 @@ class ContractError(OloproofError):
 
 class StoreError(OloproofError):
     """Unknown or unreadable ids in the store: exit 2."""
+
+
+class Transient(Exception):
+    """Raise (or subclass) this from a stage to ask Oloproof to retry the case (`retries`)."""

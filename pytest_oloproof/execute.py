@@ -21,13 +21,9 @@ from .assembly import assemble
 from .cache import Caches
 from .cases import Case
 from .config import LoadedConfig
-from .errors import ConfigError, ContractError
+from .errors import ConfigError, ContractError, Transient
 from .identity import StageKeys, canonical_json
 from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object
-
-
-class Transient(Exception):
-    """Raise (or subclass) this from a stage to ask Oloproof to retry the case (`retries`)."""
 
 
 @dataclass

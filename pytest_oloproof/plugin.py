@@ -15,20 +15,18 @@ import signal
 import types
 from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from .cache import CacheMode, parse_mode
-from .cases import Case
-from .config import find_config
 from .errors import OloproofError
-from .evaluation import failed_criteria, missing_criteria
-from .evaluators import Registry
-from .evaluators.base import Evaluator
-from .render import markdown_summary, run_summary
-from .runner import Evaluation, RunRecorder, describe_evaluators
-from .store import write_json
+
+if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
+    from .cases import Case
+    from .evaluators.base import Evaluator
+    from .evaluators.registry import Registry
+    from .runner import Evaluation, RunRecorder
 
 PLUGIN_KEY = pytest.StashKey["OloproofPlugin"]()
 PLUGIN_NAME = "oloproof-session"
@@ -245,6 +243,8 @@ class OloproofPlugin:
         self.config_error: OloproofError | None = None
         self.config_path: Path | None = None
         try:
+            from .config import find_config
+
             self.config_path = find_config(explicit, Path(config.rootpath), Path(config.invocation_params.dir))
         except OloproofError as exc:
             self.config_error = exc
@@ -340,6 +340,8 @@ class OloproofPlugin:
         return names
 
     def _registry(self) -> Registry:
+        from .evaluators.registry import Registry
+
         registry = Registry()
         for types_ in self.config.hook.pytest_oloproof_evaluators():
             if types_:
@@ -357,6 +359,8 @@ class OloproofPlugin:
         conc = self.config.getoption("oloproof_concurrency")
         if conc:
             overrides["concurrency"] = conc
+        from .runner import Evaluation
+
         self.evaluation = Evaluation.load(
             self.config_path, cache_mode=self.cache_mode, registry=self._registry(), overrides=overrides
         )
@@ -452,6 +456,8 @@ class OloproofPlugin:
         self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + result.lines
         report_path = self.config.getoption("oloproof_report")
         if report_path:
+            from .store import write_json
+
             write_json(Path(report_path), result.to_json())
 
     # -- running
@@ -555,6 +561,8 @@ class OloproofPlugin:
             item.user_properties.append((self._property_name(name), value))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
+        from .evaluation import failed_criteria, missing_criteria
+
         failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
         if failed:
             raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
@@ -565,6 +573,8 @@ class OloproofPlugin:
         return names.setdefault(criterion, f"oloproof.{criterion}")
 
     def _resolve_evaluators(self, request: pytest.FixtureRequest) -> list[Evaluator]:
+        from .evaluators.base import Evaluator
+
         evaluators = []
         for name in self.fixture_names:
             try:
@@ -584,6 +594,8 @@ class OloproofPlugin:
         key = tuple(id(e) for e in evaluators)
         cached = getattr(self, "_described", None)
         if cached is None or cached[0] != key:
+            from .runner import describe_evaluators
+
             cached = (key, json_safe(describe_evaluators(evaluators)), evaluators)  # keep them alive: ids stay valid
             self._described = cached
         return cached[1]
@@ -616,6 +628,8 @@ class OloproofPlugin:
             ev = self._controller_evaluation()
             if ev is None:
                 return
+            from .runner import RunRecorder
+
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
         _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
         self.recorder.add(rec)
@@ -660,6 +674,8 @@ class OloproofPlugin:
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
+        from .render import markdown_summary, run_summary
+
         self.summary_lines = run_summary(record, store_root=store_root)
         report_path = self.config.getoption("oloproof_report")
         if report_path:
@@ -703,6 +719,8 @@ class OloproofPlugin:
         for case, rec in prefetcher.finished():
             rec = ev.evaluate(case, rec, self._evaluators)
             if self.recorder is None:
+                from .runner import RunRecorder
+
                 self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
             self.recorder.add(rec)
 

@@ -16,8 +16,8 @@ from .cases import Case, load_cases
 from .config import LoadedConfig, load_config
 from .errors import ConfigError
 from .evaluation import evaluate_record
-from .evaluators import Registry
 from .evaluators.base import Evaluator
+from .evaluators.registry import Registry
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
 from .identity import settings_identity
 from .store import RunWriter, Store, new_run_id, write_json_stream

@@ -1,21 +1,10 @@
-"""Evaluator registry: built-in types, plugin types (pytest_oloproof_evaluators), and building from config."""
+"""Evaluator types. The contract is in `base`; the registry (with pydantic) loads on first use."""
 
 from __future__ import annotations
 
-import inspect
-import typing
-from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, ValidationError, create_model
-
-from ..config import EvaluatorSettings, close_spelling
-from ..errors import ConfigError
-from .answers import Contains, ExactMatch, Regex
 from .base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator, OptionError
-from .citations import CitationValidity
-from .retrieval import MRR, NDCG, HitRate, Precision, Recall
 
 __all__ = [
     "CandidateView",
@@ -29,110 +18,9 @@ __all__ = [
 ]
 
 
-def builtin_types() -> dict[str, type[Evaluator]]:
-    from .judges import JUDGE_TYPES
+def __getattr__(name: str) -> Any:
+    if name in ("Registry", "builtin_types"):
+        from . import registry
 
-    types: list[type[Evaluator]] = [
-        Contains,
-        ExactMatch,
-        Regex,
-        HitRate,
-        Recall,
-        Precision,
-        MRR,
-        NDCG,
-        CitationValidity,
-        *JUDGE_TYPES.values(),
-    ]
-    return {t.type: t for t in types}
-
-
-class Registry:
-    """Evaluator types by name; plugins add theirs through the pytest_oloproof_evaluators hook."""
-
-    def __init__(self, types: Mapping[str, type[Evaluator]] | None = None) -> None:
-        self.types: dict[str, type[Evaluator]] = dict(builtin_types() if types is None else types)
-
-    def add(self, types: Iterable[type[Evaluator]] | Mapping[str, type[Evaluator]]) -> None:
-        items = types.values() if isinstance(types, Mapping) else types
-        for t in items:
-            if not (inspect.isclass(t) and issubclass(t, Evaluator) and t.type):
-                raise TypeError(f"{t!r} is not an Evaluator subclass with a `type` name")
-            self.types[t.type] = t
-
-    def build(
-        self, entry: EvaluatorSettings, index: int, where: str, base_dir: Path | None, *, is_rag: bool
-    ) -> Evaluator:
-        """Construct evaluators[index]; any problem is a ConfigError naming the key."""
-        cls = self.types.get(entry.type)
-        if cls is None:
-            raise ConfigError(
-                f"{where}: evaluators[{index}].type: unknown evaluator type {entry.type!r}"
-                f"{close_spelling(entry.type, sorted(self.types))} (known: {', '.join(sorted(self.types))})"
-            )
-        if cls.needs_rag and not is_rag:
-            raise ConfigError(
-                f"{where}: evaluators[{index}]: {entry.type} needs a RAG system (system.rag); "
-                "a plain callable has no retrieval or context"
-            )
-        options = entry.options()
-        params = _options_of(cls)
-        for key in options:
-            if key not in params:
-                raise ConfigError(
-                    f"{where}: evaluators[{index}].{key}: unknown key for {entry.type}"
-                    f"{close_spelling(key, [*params, 'type', 'criterion', 'assert'])}"
-                )
-        options = _validate_options(cls, options, where, index)
-        if "base_dir" in params and base_dir is not None:
-            options["base_dir"] = base_dir
-        try:
-            # the same default name the plugin gave the criterion's fixture at configure time
-            criterion = entry.criterion or cls.default_criterion(options)
-            return cls(criterion=criterion, asserts=entry.assert_, **options)
-        except TypeError as exc:
-            missing = [p for p, d in params.items() if d is inspect.Parameter.empty and p not in options]
-            if missing:
-                raise ConfigError(f"{where}: evaluators[{index}].{missing[0]}: required for {entry.type}") from None
-            raise ConfigError(f"{where}: evaluators[{index}]: {exc}") from None
-        except ValueError as exc:
-            key = f".{exc.key}" if isinstance(exc, OptionError) else ""
-            raise ConfigError(f"{where}: evaluators[{index}]{key}: {exc}") from None
-
-
-def _options_of(cls: type[Evaluator]) -> dict[str, Any]:
-    sig = inspect.signature(cls.__init__)
-    return {
-        name: p.default
-        for name, p in sig.parameters.items()
-        if name not in ("self", "criterion", "asserts") and p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
-
-
-def _validate_options(cls: type[Evaluator], options: dict[str, Any], where: str, index: int) -> dict[str, Any]:
-    """Type-check options against the constructor's annotations, when they can be resolved."""
-    try:
-        hints = typing.get_type_hints(cls.__init__)
-    except Exception:
-        return dict(options)
-    fields: dict[str, Any] = {}
-    for name, default in _options_of(cls).items():
-        if name in options and name in hints:
-            fields[name] = (hints[name], ... if default is inspect.Parameter.empty else default)
-    try:
-        model = create_model(
-            f"{cls.__name__}Options", __config__=ConfigDict(arbitrary_types_allowed=True), **fields
-        )
-        checked = model.model_validate({k: options[k] for k in fields})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        raise ConfigError(
-            f"{where}: evaluators[{index}].{key}: {err['msg'].replace('Input should be', 'expected')}, "
-            f"got {err.get('input')!r}"
-        ) from None
-    except Exception:
-        return dict(options)
-    out = dict(options)
-    out.update({k: getattr(checked, k) for k in fields})
-    return out
+        return getattr(registry, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
