@@ -88,6 +88,7 @@ class LoadedConfig:
     path: Path
     settings: Settings
     raw: Mapping[str, Any]  # as written, ${VAR} unexpanded: safe to record
+    node: yaml.Node | None = None  # the composed YAML, for locating errors found after loading
 
     @property
     def base_dir(self) -> Path:
@@ -121,6 +122,12 @@ def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
         else:
             break
     return line
+
+
+def where_in(path: Path, node: yaml.Node | None, loc: Sequence[int | str]) -> str:
+    """`file:line` of a key path (just `file` when the line cannot be found), for error messages."""
+    line = _line_of(node, loc)
+    return f"{path}:{line}" if line else str(path)
 
 
 def key_path(loc: Sequence[int | str]) -> str:
@@ -192,8 +199,7 @@ def validation_message(
         if kp in seen:  # unions report the same key several times
             continue
         seen.add(kp)
-        line = _line_of(node, loc)
-        where = f"{path}:{line}" if line else str(path)
+        where = where_in(path, node, loc)
         lines.append(f"{where}: {kp or '(top level)'}: {_describe(err, model, loc)}")
     return "\n".join(lines)
 
@@ -225,8 +231,7 @@ def expand_vars(data: Any, path: Path, node: yaml.Node | None, loc: tuple[int | 
         def sub(m: re.Match[str]) -> str:
             value = os.environ.get(m.group(1))
             if value is None:
-                line = _line_of(node, loc)
-                where = f"{path}:{line}" if line else str(path)
+                where = where_in(path, node, loc)
                 raise ConfigError(
                     f"{where}: {key_path(loc)}: environment variable {m.group(1)} is not set "
                     f"(export it, or write the value instead of ${{{m.group(1)}}})"
@@ -237,8 +242,14 @@ def expand_vars(data: Any, path: Path, node: yaml.Node | None, loc: tuple[int | 
     return data
 
 
-def load_yaml_model(path: Path, model: type[M], *, expand: bool = True) -> tuple[M, dict[str, Any]]:
-    """Read, expand and validate a YAML file against a model; return it with the raw mapping."""
+def load_yaml_model(
+    path: Path, model: type[M], *, expand: bool = True
+) -> tuple[M, dict[str, Any], yaml.Node | None]:
+    """Read, expand and validate a YAML file against a model.
+
+    Returns the model, the raw mapping (as written) and the composed tree, which
+    later errors use to name lines without reading the file again.
+    """
     data, node = read_yaml(path)
     if data is None:
         data = {}
@@ -246,7 +257,7 @@ def load_yaml_model(path: Path, model: type[M], *, expand: bool = True) -> tuple
         raise ConfigError(f"{path}: the file must be a mapping of keys to values, got {type(data).__name__}")
     expanded = expand_vars(data, path, node) if expand else data
     try:
-        return model.model_validate(expanded), data
+        return model.model_validate(expanded), data, node
     except ValidationError as exc:
         raise ConfigError(validation_message(exc, model, path, node)) from None
 
@@ -272,12 +283,10 @@ def find_config(explicit: str | os.PathLike[str] | None, rootdir: Path, invocati
 def load_config(path: Path) -> LoadedConfig:
     """Load and validate an oloproof.yaml. Raises ConfigError with every problem found."""
     path = path.resolve()
-    settings, raw = load_yaml_model(path, Settings)
-    node = read_yaml(path)[1]
+    settings, raw, node = load_yaml_model(path, Settings)
     sysset = settings.system
     if (sysset.rag is None) == (sysset.object is None):
-        line = _line_of(node, ["system"])
-        where = f"{path}:{line}" if line else str(path)
+        where = where_in(path, node, ["system"])
         raise ConfigError(
             f"{where}: system: give exactly one of system.rag.object (a @rag_system class) "
             "or system.object (a plain callable input -> output)"
@@ -286,10 +295,10 @@ def load_config(path: Path) -> LoadedConfig:
     for i, ev in enumerate(settings.evaluators):
         if ev.criterion is not None:
             if ev.criterion in names:
-                line = _line_of(node, ["evaluators", i])
+                where = where_in(path, node, ["evaluators", i])
                 raise ConfigError(
-                    f"{path}:{line}: evaluators[{i}].criterion: {ev.criterion!r} is also the criterion of "
+                    f"{where}: evaluators[{i}].criterion: {ev.criterion!r} is also the criterion of "
                     f"evaluators[{names[ev.criterion]}]; give one of them another criterion: name"
                 )
             names[ev.criterion] = i
-    return LoadedConfig(path=path, settings=settings, raw=raw)
+    return LoadedConfig(path=path, settings=settings, raw=raw, node=node)

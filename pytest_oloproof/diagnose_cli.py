@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from . import cli
+from .options import parse_positive_int
 
 # diagnose.py (and scipy behind the runner) is imported only when a diagnosis runs, so that
 # registering the subcommand keeps every other `oloproof` command quick to start
@@ -17,12 +18,9 @@ INTERVENTIONS = ("gold-context", "top-k", "reranker")
 
 def _positive(value: str) -> int:
     try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return n
+        return parse_positive_int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:

@@ -15,16 +15,22 @@ from .evaluators.retrieval import qrels_of, units_of
 from .identity import context_identity, judgment_key, sha256_of
 
 
+def candidate_views(retrieval: Sequence[Mapping[str, Any]] | None) -> list[CandidateView] | None:
+    """The recorded candidates as evaluators see them."""
+    if retrieval is None:
+        return None
+    return [
+        CandidateView(c["position"], c["doc_id"], c.get("chunk_id"), c.get("score"), c.get("text"), c.get("tokens"))
+        for c in retrieval
+    ]
+
+
 def eval_input(case: Case, rec: Mapping[str, Any], gold: Sequence[Mapping[str, Any]] | None = None) -> EvalInput:
     """What evaluators see: the case, the output, the recorded retrieval and the context generate() got."""
     retrieval = rec.get("retrieval")
-    views = None
+    views = candidate_views(retrieval)
     context = None
     if retrieval is not None:
-        views = [
-            CandidateView(c["position"], c["doc_id"], c.get("chunk_id"), c.get("score"), c.get("text"), c.get("tokens"))
-            for c in retrieval
-        ]
         if rec.get("gold_context") and gold is not None:
             context = [ContextPassage(g.get("doc_id") or "gold", g.get("chunk_id"), g.get("text")) for g in gold]
         else:
@@ -44,13 +50,13 @@ def eval_input(case: Case, rec: Mapping[str, Any], gold: Sequence[Mapping[str, A
     )
 
 
-def relevant_position(case: Case, rec: Mapping[str, Any], unit: str = "document") -> int | str | None:
+def relevant_position(
+    case: Case, views: Sequence[CandidateView] | None, unit: str = "document"
+) -> int | str | None:
     """Best-placed relevant unit's position; "none" if labelled but not retrieved; None if not applicable."""
-    retrieval = rec.get("retrieval")
-    if case.relevant is None or retrieval is None:
+    if case.relevant is None or views is None:
         return None
     qrels = qrels_of(case.relevant, unit)  # type: ignore[arg-type]
-    views = [CandidateView(c["position"], c["doc_id"], c.get("chunk_id"), None, None) for c in retrieval]
     try:
         pos = metrics.best_relevant_position(units_of(views, unit), qrels)  # type: ignore[arg-type]
     except metrics.NoRelevantUnits:
@@ -100,7 +106,8 @@ def evaluate_record(
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
     rec["criteria"] = criteria
-    rec["relevant_position"] = relevant_position(case, rec, relevance_unit)
+    views = x.retrieval if x is not None else candidate_views(rec.get("retrieval"))
+    rec["relevant_position"] = relevant_position(case, views, relevance_unit)
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     return rec
 

@@ -21,9 +21,11 @@ import pytest
 
 from .cache import CacheMode, parse_mode
 from .errors import OloproofError
+from .options import parse_positive_int
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
     from .cases import Case
+    from .config import LoadedConfig
     from .evaluators.base import Evaluator
     from .evaluators.registry import Registry
     from .runner import Evaluation, RunRecorder
@@ -40,12 +42,9 @@ EXIT_INTERNAL = 4
 
 def _positive_int(value: str) -> int:
     try:
-        n = int(value)
-    except ValueError:
-        raise pytest.UsageError(f"expected a positive integer, got {value!r}") from None
-    if n < 1:
-        raise pytest.UsageError(f"expected a positive integer, got {value!r}")
-    return n
+        return parse_positive_int(value)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _cache_mode(value: str) -> CacheMode:
@@ -242,6 +241,7 @@ class OloproofPlugin:
         explicit = config.getoption("oloproof_config") or _ini_config_path(config)
         self.config_error: OloproofError | None = None
         self.config_path: Path | None = None
+        self._loaded_config: LoadedConfig | None = None
         try:
             from .config import find_config
 
@@ -326,7 +326,7 @@ class OloproofPlugin:
         try:
             from .config import load_config
 
-            cfg = load_config(self.config_path)
+            cfg = self._loaded_config = load_config(self.config_path)
         except OloproofError:
             return []  # reported at collection, where pytest shows it as a collection error
         registry = self._registry()
@@ -362,7 +362,10 @@ class OloproofPlugin:
         from .runner import Evaluation
 
         self.evaluation = Evaluation.load(
-            self.config_path, cache_mode=self.cache_mode, registry=self._registry(), overrides=overrides
+            self._loaded_config or self.config_path,  # parsed once, at configure time
+            cache_mode=self.cache_mode,
+            registry=self._registry(),
+            overrides=overrides,
         )
         return self.evaluation
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import yaml
 from pydantic import Field, field_validator, model_validator
 
-from .config import Strict, _line_of, close_spelling, key_path, load_yaml_model, read_yaml
+from .config import Strict, close_spelling, key_path, load_yaml_model, where_in
 from .errors import ConfigError
 from .stats import pairs_needed_without_change
 
@@ -164,6 +165,7 @@ class LoadedPolicy:
     path: Path
     policy: Policy
     raw: dict[str, Any]
+    node: yaml.Node | None = None  # the composed YAML, for locating errors found after loading
 
     def snapshot(self) -> dict[str, Any]:
         """The policy as applied (defaults filled in), for the comparison record."""
@@ -171,10 +173,7 @@ class LoadedPolicy:
 
     def error_at(self, loc: Sequence[int | str], message: str) -> ConfigError:
         """A ConfigError located at a key path of the policy file."""
-        node = read_yaml(self.path)[1]
-        line = _line_of(node, loc)
-        where = f"{self.path}:{line}" if line else str(self.path)
-        return ConfigError(f"{where}: {key_path(loc)}: {message}")
+        return ConfigError(f"{where_in(self.path, self.node, loc)}: {key_path(loc)}: {message}")
 
     def check_criteria(self, available: Sequence[str]) -> None:
         """Raise a located ConfigError for a decision naming a criterion the runs do not share."""
@@ -194,5 +193,5 @@ def load_policy(path: str | Path, option: str = "--policy") -> LoadedPolicy:
     if not p.is_file():
         raise ConfigError(f"{option}: {p} does not exist")
     p = p.resolve()
-    policy, raw = load_yaml_model(p, Policy, expand=False)
-    return LoadedPolicy(p, policy, raw)
+    policy, raw, node = load_yaml_model(p, Policy, expand=False)
+    return LoadedPolicy(p, policy, raw, node)

@@ -43,14 +43,14 @@ class Evaluation:
     @classmethod
     def load(
         cls,
-        config_path: Path,
+        config_path: Path | LoadedConfig,
         *,
         cache_mode: CacheMode = CacheMode.READWRITE,
         registry: Registry | None = None,
         overrides: Mapping[str, Any] | None = None,
         load_case_files: bool = True,
     ) -> Evaluation:
-        cfg = load_config(config_path)
+        cfg = config_path if isinstance(config_path, LoadedConfig) else load_config(config_path)
         if overrides:
             cfg = apply_overrides(cfg, overrides)
         registry = registry or Registry()
@@ -190,13 +190,11 @@ def case_from_record(rec: Mapping[str, Any]) -> Case:
 
 
 def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSystem) -> list[Evaluator]:
-    from .config import _line_of, read_yaml
+    from .config import where_in
 
-    node = read_yaml(cfg.path)[1] if cfg.settings.evaluators else None
     out = []
     for i, entry in enumerate(cfg.settings.evaluators):
-        line = _line_of(node, ["evaluators", i])  # the entry's line, so errors point into the file
-        where = f"{cfg.path}:{line}" if line else str(cfg.path)
+        where = where_in(cfg.path, cfg.node, ["evaluators", i])  # the entry's line, so errors point into the file
         out.append(registry.build(entry, i, where, cfg.base_dir, is_rag=system.is_rag))
     seen: dict[str, int] = {}
     for i, ev in enumerate(out):
@@ -212,7 +210,7 @@ def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSyst
 def apply_overrides(cfg: LoadedConfig, overrides: Mapping[str, Any]) -> LoadedConfig:
     """Apply validated command-line overrides (e.g. concurrency) to the settings."""
     settings = cfg.settings.model_copy(update=dict(overrides))
-    return LoadedConfig(cfg.path, settings, cfg.raw)
+    return LoadedConfig(cfg.path, settings, cfg.raw, cfg.node)
 
 
 def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
