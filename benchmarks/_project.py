@@ -118,15 +118,23 @@ def make_bare(root: Path, n: int) -> Path:
 
 _MEASURE = (
     "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
-    "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr)"
+    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+    "print(r.returncode, u.ru_maxrss, u.ru_utime + u.ru_stime, file=sys.stderr)"
 )
 
 
 def run_pytest(cwd: Path, *args: str) -> tuple[float, int, float]:
-    """(wall seconds, exit code, peak RSS MiB) of `python -m pytest args` in cwd.
+    """(wall seconds, exit code, peak RSS MiB) of `python -m pytest args` in cwd; see `run_pytest_cpu`."""
+    wall, code, rss, _ = run_pytest_cpu(cwd, *args)
+    return wall, code, rss
 
-    The child runs under a small parent of its own, whose RUSAGE_CHILDREN.ru_maxrss
-    is then exactly that child's peak.
+
+def run_pytest_cpu(cwd: Path, *args: str) -> tuple[float, int, float, float]:
+    """(wall seconds, exit code, peak RSS MiB, CPU seconds) of `python -m pytest args` in cwd.
+
+    The child runs under a small parent of its own, whose RUSAGE_CHILDREN figures
+    are then exactly that child's. CPU time (user + system) varies less than wall
+    time on a shared virtual machine.
     """
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env.pop("PYTEST_ADDOPTS", None)
@@ -139,8 +147,9 @@ def run_pytest(cwd: Path, *args: str) -> tuple[float, int, float]:
         text=True,
     )
     wall = time.perf_counter() - t0
-    code, maxrss = (int(x) for x in proc.stderr.strip().splitlines()[-1].split())
+    code_s, maxrss_s, cpu_s = proc.stderr.strip().splitlines()[-1].split()
+    code = int(code_s)
     if code not in (0, 1):
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"pytest {' '.join(args)} exited {code}")
-    return wall, code, maxrss / 1024.0
+    return wall, code, int(maxrss_s) / 1024.0, float(cpu_s)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from enum import Enum
@@ -14,8 +15,9 @@ if TYPE_CHECKING:
     import diskcache
 
 
-KINDS = ("execution", "retrieve", "generate", "judgment")
+KINDS = ("execution", "retrieve", "generate", "judgment", "verdicts")
 _SCHEMA = "oloproof.cache/1"
+_ENTRY = json.JSONEncoder(allow_nan=False)  # shared: json.dumps with options builds an encoder per call
 
 
 class CacheMode(str, Enum):
@@ -45,76 +47,193 @@ def parse_mode(value: str) -> CacheMode:
 
 
 class Caches:
-    """All four caches in one diskcache directory, keys prefixed by kind."""
+    """All the caches in one diskcache directory, keys prefixed by kind.
+
+    Writes inside `batch()` blocks are committed together at the end of the
+    outermost block. A long single-process session may `hold_writes()` to commit
+    in larger groups instead (fewer SQLite commits), and `track_keys()` so a lookup
+    of a key that is not in the cache skips SQLite. Held writes are readable at once
+    and committed by `flush()` or `close()`.
+    """
 
     def __init__(self, directory: Path | None, mode: CacheMode = CacheMode.READWRITE) -> None:
         self.directory = directory
         self.mode = mode if directory is not None else CacheMode.OFF
         self._cache: diskcache.Cache | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._local = threading.local()
+        self._pending: dict[str, str] = {}  # full key -> entry text, not yet committed
+        self._pending_since = 0.0
+        self._hold: tuple[int, float] | None = None  # (max entries, max seconds) while holding writes
+        self._known: set[int] | None = None  # hash() of every key in the cache, while tracked
 
     def _open(self) -> diskcache.Cache:
+        cache = self._cache
+        if cache is not None:
+            return cache
         with self._lock:
             if self._cache is None:
                 assert self.directory is not None
                 import diskcache  # imported when a cache is first used, not with the plugin
 
-                self._cache = diskcache.Cache(str(self.directory), size_limit=2**40, eviction_policy="none")
+                # cull_limit=0: nothing is ever evicted, so no eviction query on every write
+                self._cache = diskcache.Cache(
+                    str(self.directory), size_limit=2**40, eviction_policy="none", cull_limit=0
+                )
             return self._cache
+
+    # ------------------------------------------------------------ options
+
+    def hold_writes(self, max_entries: int = 4096, max_age_s: float = 1.0) -> None:
+        """Commit writes in groups of up to `max_entries` or `max_age_s` seconds, not once per case.
+
+        For one process that owns a long session: other processes see the entries
+        only once committed, and a process killed outright (not interrupted) loses
+        at most the last group.
+        """
+        self._hold = (max(1, max_entries), max(0.0, max_age_s))
+
+    def track_keys(self, limit: int = 200_000) -> bool:
+        """Load which keys exist (when there are at most `limit`), so lookups of absent keys skip SQLite.
+
+        Entries another process adds later are not seen (a miss, never a wrong
+        value); meant for a session that is the only writer of what it reads,
+        not for pytest-xdist workers. Returns whether keys are tracked.
+        """
+        if self.directory is None or not self.mode.reads:
+            return False
+        try:
+            cache = self._open()
+            if len(cache) > limit:
+                return False
+            known = self._key_hashes(cache)
+        except Exception:
+            return False
+        with self._lock:
+            self._known = known | {hash(k) for k in self._pending}
+        return True
+
+    def _key_hashes(self, cache: diskcache.Cache) -> set[int]:
+        """hash() of every key, read in one query (iterkeys() pages through the index, ~50x slower)."""
+        import sqlite3
+
+        con = sqlite3.connect(f"{(Path(cache.directory) / 'cache.db').as_uri()}?mode=ro", uri=True)
+        try:
+            # diskcache keeps a str key as is, flagged raw
+            return {hash(k) for (k,) in con.execute("SELECT key FROM Cache WHERE raw = 1")}
+        finally:
+            con.close()
+
+    # ------------------------------------------------------------ entries
 
     def get(self, kind: str, key: str, *, bypass: bool = False) -> Any | None:
         """The stored value, or None on a miss; an unreadable entry is a miss."""
+        entry = self.get_text(kind, key, bypass=bypass)
+        return None if entry is None else entry[0]
+
+    def get_text(self, kind: str, key: str, *, bypass: bool = False) -> tuple[Any, str] | None:
+        """The stored value and the entry's text (which identifies the entry), or None on a miss."""
         if bypass or not self.mode.reads:
             return None
+        full = f"{kind}:{key}"
+        raw = self._pending.get(full)
         try:
-            raw = self._open().get(f"{kind}:{key}")
             if raw is None:
-                return None
+                known = self._known
+                if known is not None and hash(full) not in known:
+                    return None
+                raw = self._open().get(full)
+                if raw is None:
+                    return None
             entry = json.loads(raw)
             if entry.get("schema") != _SCHEMA or entry.get("kind") != kind:
                 return None
-            return entry["value"]
+            return entry["value"], raw
         except Exception:
             return None
 
-    def put(self, kind: str, key: str, value: Any, *, bypass: bool = False) -> None:
+    def put(
+        self, kind: str, key: str, value: Any, *, bypass: bool = False, value_json: str | None = None
+    ) -> str | None:
+        """Store a value; returns the entry's text, or None when nothing was stored.
+
+        `value_json` is the value already serialised (e.g. by a contract check), so it is not encoded twice.
+        """
         if bypass or not self.mode.writes:
-            return
-        cache = self._open()
+            return None
         full = f"{kind}:{key}"
-        if self.mode is CacheMode.WRITE and full in cache:
-            return
-        try:
-            text = json.dumps({"schema": _SCHEMA, "kind": kind, "value": value}, allow_nan=False)
-        except (TypeError, ValueError):
-            return  # not JSON: the contract check reports it; never store it
-        pending = getattr(self._local, "pending", None)
-        if pending is not None:
-            pending.append((full, text))
+        if self.mode is CacheMode.WRITE and self._exists(full):
+            return None
+        if value_json is not None:
+            text = f'{{"schema":"{_SCHEMA}","kind":"{kind}","value":{value_json}}}'
         else:
-            cache.set(full, text)
+            try:
+                text = _ENTRY.encode({"schema": _SCHEMA, "kind": kind, "value": value})
+            except (TypeError, ValueError):
+                return None  # not JSON: the contract check reports it; never store it
+        with self._lock:
+            if self._known is not None:
+                self._known.add(hash(full))
+            if self._hold is not None or self._depth():
+                if not self._pending:
+                    self._pending_since = time.monotonic()
+                self._pending[full] = text
+                return text
+        self._open().set(full, text, retry=True)
+        return text
+
+    def _exists(self, full: str) -> bool:
+        if full in self._pending:
+            return True
+        known = self._known
+        if known is not None and hash(full) not in known:
+            return False
+        return full in self._open()
+
+    def _depth(self) -> int:
+        """How many batch() blocks this thread is in."""
+        depth: int = getattr(self._local, "depth", 0)
+        return depth
 
     @contextmanager
     def batch(self) -> Iterator[None]:
-        """Store this thread's writes of the block in one transaction (one SQLite commit per case, not six).
+        """Commit this thread's writes of the block together (one SQLite commit per case, not six).
 
         Only entries whose stage succeeded are ever put, so an exception in the block
-        still stores what was put before it. Nested blocks join the outer one.
+        still stores what was put before it. Nested blocks join the outer one; while
+        writes are held, the group is committed once it is big or old enough.
         """
-        if getattr(self._local, "pending", None) is not None or not self.mode.writes:
+        if not self.mode.writes:
             yield
             return
-        self._local.pending = []
+        depth = self._depth()
+        self._local.depth = depth + 1
         try:
             yield
         finally:
-            pending, self._local.pending = self._local.pending, None
-            if pending:
-                cache = self._open()
-                with cache.transact(retry=True):
-                    for full, text in pending:
-                        cache.set(full, text, retry=True)
+            self._local.depth = depth
+            if depth == 0:
+                self._commit(force=self._hold is None)
+
+    def flush(self) -> None:
+        """Commit every held write now."""
+        self._commit(force=True)
+
+    def _commit(self, force: bool) -> None:
+        with self._lock:
+            if not self._pending:
+                return
+            if not force and self._hold is not None:
+                max_entries, max_age = self._hold
+                if len(self._pending) < max_entries and time.monotonic() - self._pending_since < max_age:
+                    return
+            group = self._pending
+            cache = self._open()
+            with cache.transact(retry=True):
+                for full, text in group.items():
+                    cache.set(full, text, retry=True)
+            # readable from memory until committed, then from the cache; on an error they stay pending
+            self._pending = {}
 
     def stats(self) -> dict[str, int]:
         if self.directory is None or not Path(self.directory).exists():
@@ -129,10 +248,18 @@ class Caches:
     def clear(self) -> int:
         if self.directory is None or not Path(self.directory).exists():
             return 0
+        self.flush()
+        with self._lock:
+            if self._known is not None:
+                self._known.clear()
         return int(self._open().clear())
 
     def close(self) -> None:
-        with self._lock:
-            if self._cache is not None:
-                self._cache.close()
-                self._cache = None
+        """Commit held writes and close the cache."""
+        try:
+            self.flush()
+        finally:
+            with self._lock:
+                if self._cache is not None:
+                    self._cache.close()
+                    self._cache = None

@@ -242,9 +242,7 @@ def expand_vars(data: Any, path: Path, node: yaml.Node | None, loc: tuple[int | 
     return data
 
 
-def load_yaml_model(
-    path: Path, model: type[M], *, expand: bool = True
-) -> tuple[M, dict[str, Any], yaml.Node | None]:
+def load_yaml_model(path: Path, model: type[M], *, expand: bool = True) -> tuple[M, dict[str, Any], yaml.Node | None]:
     """Read, expand and validate a YAML file against a model.
 
     Returns the model, the raw mapping (as written) and the composed tree, which

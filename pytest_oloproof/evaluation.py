@@ -12,6 +12,7 @@ from .cache import Caches
 from .cases import Case
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
 from .evaluators.retrieval import qrels_of, units_of
+from .execute import EXECUTION_ENTRY
 from .identity import context_identity, judgment_key, sha256_of
 
 
@@ -50,9 +51,7 @@ def eval_input(case: Case, rec: Mapping[str, Any], gold: Sequence[Mapping[str, A
     )
 
 
-def relevant_position(
-    case: Case, views: Sequence[CandidateView] | None, unit: str = "document"
-) -> int | str | None:
+def relevant_position(case: Case, views: Sequence[CandidateView] | None, unit: str = "document") -> int | str | None:
     """Best-placed relevant unit's position; "none" if labelled but not retrieved; None if not applicable."""
     if case.relevant is None or views is None:
         return None
@@ -91,6 +90,20 @@ def evaluate_record(
     criteria: dict[str, dict[str, Any]] = {}
     hits = misses = 0
     error = rec.get("error")
+    entry = rec.pop(EXECUTION_ENTRY, None)
+    bundle_key = None
+    if entry is not None and not error and gold is None and not bypass_judgment and evaluators:
+        try:
+            bundle_key = _bundle_key(entry, sha256_of(dict(case.expected)), evaluators, relevance_unit)
+        except (TypeError, ValueError):
+            bundle_key = None
+    if bundle_key is not None:
+        bundled = _bundled_verdicts(caches.get("verdicts", bundle_key), evaluators)
+        if bundled is not None:
+            rec["criteria"] = bundled
+            rec["relevant_position"] = relevant_position(case, candidate_views(rec.get("retrieval")), relevance_unit)
+            rec.setdefault("cache", {})["judgment"] = {"hit": len(evaluators), "miss": 0}
+            return rec
     x = eval_input(case, rec, gold) if not error else None
     digests = _Digests(x) if x is not None else None
     with caches.batch():
@@ -105,11 +118,52 @@ def evaluate_record(
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
+        if bundle_key is not None and all(c["status"] != "missing" for c in criteria.values()):
+            caches.put("verdicts", bundle_key, {"criteria": criteria})
     rec["criteria"] = criteria
     views = x.retrieval if x is not None else candidate_views(rec.get("retrieval"))
     rec["relevant_position"] = relevant_position(case, views, relevance_unit)
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     return rec
+
+
+def _bundle_key(entry: str, expected_digest: str, evaluators: Sequence[Evaluator], unit: str) -> str:
+    """Identity of a case's verdicts bundle: the execution entry judged, the expected data, the evaluators.
+
+    Each verdict is also filed on its own (the judgment cache); the bundle lets an
+    unchanged case reuse all of them with one lookup instead of one per evaluator.
+    """
+    return sha256_of(["verdicts/1", entry, expected_digest, _evaluators_identity(evaluators), unit])
+
+
+_EVALUATORS_IDENTITY: dict[tuple[int, ...], tuple[str, Sequence[Evaluator]]] = {}
+
+
+def _evaluators_identity(evaluators: Sequence[Evaluator]) -> str:
+    """What the bundle key says about the evaluators (criterion, type, settings), memoised per list."""
+    memo_key = tuple(id(e) for e in evaluators)
+    memo = _EVALUATORS_IDENTITY.get(memo_key)
+    if memo is None:
+        described = [[e.criterion, e.type or type(e).__name__, _settings_digest(e)] for e in evaluators]
+        memo = (sha256_of(described), list(evaluators))  # the list keeps the ids valid
+        if len(_EVALUATORS_IDENTITY) > 64:
+            _EVALUATORS_IDENTITY.clear()
+        _EVALUATORS_IDENTITY[memo_key] = memo
+    return memo[0]
+
+
+def _bundled_verdicts(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, dict[str, Any]] | None:
+    """The criteria of a verdicts bundle, or None unless it holds a verdict for every evaluator."""
+    criteria = value.get("criteria") if isinstance(value, dict) else None
+    if not isinstance(criteria, dict):
+        return None
+    out = {}
+    for ev in evaluators:
+        c = criteria.get(ev.criterion)
+        if not isinstance(c, dict) or c.get("status") not in ("observed", "excluded"):
+            return None
+        out[ev.criterion] = c
+    return out
 
 
 class _Digests:
@@ -153,9 +207,7 @@ def _judge(
 ) -> tuple[CriterionValue, bool]:
     digests = digests or _Digests(x)
     try:
-        key = judgment_key(
-            ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev)
-        )
+        key = judgment_key(ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev))
     except (TypeError, ValueError):
         key = None
     if key is not None:

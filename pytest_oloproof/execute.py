@@ -8,6 +8,7 @@ loop, interventions and caching all share one path.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import inspect
 import threading
 import time
@@ -163,10 +164,11 @@ class Engine:
         input_json = canonical_json(case.input)
         ekey = keys.execution(input_json)
         if use_exec_cache:
-            hit = self.caches.get("execution", ekey, bypass=bypass)
-            if isinstance(hit, dict):
-                rec.update(hit)
+            entry = self.caches.get_text("execution", ekey, bypass=bypass)
+            if entry is not None and isinstance(entry[0], dict):
+                rec.update(entry[0])
                 rec["cache"] = {"execution": "hit", "retrieve": None, "generate": None}
+                rec[EXECUTION_ENTRY] = entry_digest(ekey, entry[1])
                 return rec
         if not self.system.is_rag:
             output = yield _Call("call", self.system.obj, (case.input,))
@@ -207,9 +209,9 @@ class Engine:
                             "metadata": dict(p.metadata) if p.metadata else None,
                         }
                     )
-                _check_json(candidates, case.id, "retrieve() candidates")
+                text = _check_json(candidates, case.id, "retrieve() candidates")
                 rec["cache"]["retrieve"] = "miss"
-                self._put(gate, "retrieve", rkey, candidates, bypass)
+                self._put(gate, "retrieve", rkey, candidates, bypass, text)
         if plan.reranker is not None:
             candidates = yield from self._rerank(case, plan, candidates)
         rec["retrieval"] = candidates
@@ -253,27 +255,30 @@ class Engine:
                     f"(e.g. {{'answer': ...}}), got {type(output).__name__}"
                 )
             output = dict(output)
-            _check_json(output, case.id, "generate()")
+            text = _check_json(output, case.id, "generate()")
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
-            self._put(gate, "generate", gkey, {"output": output}, gen_bypass)
+            self._put(gate, "generate", gkey, {"output": output}, gen_bypass, f'{{"output":{text}}}')
         self._commit(gate, ekey, rec, use_exec_cache, bypass)
         return rec
 
-    def _put(self, gate: _Gate | None, kind: str, key: str, value: Any, bypass: bool) -> None:
+    def _put(
+        self, gate: _Gate | None, kind: str, key: str, value: Any, bypass: bool, value_json: str | None = None
+    ) -> None:
         if gate is None:
-            self.caches.put(kind, key, value, bypass=bypass)
+            self.caches.put(kind, key, value, bypass=bypass, value_json=value_json)
         else:
-            gate.put(self.caches, kind, key, value, bypass)
+            gate.put(self.caches, kind, key, value, bypass, value_json)
 
     def _commit(self, gate: _Gate | None, ekey: str, rec: dict[str, Any], use_exec_cache: bool, bypass: bool) -> None:
         """The case's last write: its execution entry, unless a timeout abandoned the attempt first."""
         value = _cacheable(rec) if use_exec_cache else None
         if gate is None:
-            if value is not None:
-                self.caches.put("execution", ekey, value, bypass=bypass)
+            text = self.caches.put("execution", ekey, value, bypass=bypass) if value is not None else None
         else:
-            gate.commit(self.caches, ekey, value, bypass)
+            text = gate.commit(self.caches, ekey, value, bypass)
+        if text is not None:
+            rec[EXECUTION_ENTRY] = entry_digest(ekey, text)
 
     def _rerank(
         self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
@@ -524,18 +529,18 @@ class _Gate:
         self.abandoned = False
         self.committed = False
 
-    def put(self, caches: Caches, kind: str, key: str, value: Any, bypass: bool) -> None:
+    def put(self, caches: Caches, kind: str, key: str, value: Any, bypass: bool, value_json: str | None = None) -> None:
         with self.lock:
             if not self.abandoned:
-                caches.put(kind, key, value, bypass=bypass)
+                caches.put(kind, key, value, bypass=bypass, value_json=value_json)
 
-    def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> None:
+    def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> str | None:
         with self.lock:
             if self.abandoned:
-                return
-            if value is not None:
-                caches.put("execution", ekey, value, bypass=bypass)
+                return None
+            text = caches.put("execution", ekey, value, bypass=bypass) if value is not None else None
             self.committed = True
+            return text
 
     def abandon(self) -> bool:
         """Give up on the attempt; False when it already committed (its result stands)."""
@@ -585,13 +590,22 @@ def _passage(c: Mapping[str, Any]) -> Passage:
     )
 
 
+EXECUTION_ENTRY = "_execution_entry"  # in a record served by or stored in the execution cache; evaluation pops it
+
+
+def entry_digest(key: str, text: str) -> str:
+    """Names one execution entry (its key and exact content): the verdicts judged on it are filed under it."""
+    return hashlib.sha256(f"{key}|{text}".encode()).hexdigest()
+
+
 def _cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
     keep = ("retrieval", "context", "dropped", "context_truncated", "output")
     return {k: rec[k] for k in keep}
 
 
-def _check_json(value: Any, case_id: str, what: str) -> None:
+def _check_json(value: Any, case_id: str, what: str) -> str:
+    """The value as canonical JSON, or a ContractError naming the case and the stage."""
     try:
-        canonical_json(value)
+        return canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise ContractError(f"case {case_id!r}: {what} returned a value that is not JSON-serialisable: {exc}") from None

@@ -7,10 +7,13 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# one encoder for every call: json.dumps with options builds a new encoder each time
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
 
 def canonical_json(value: Any) -> str:
     """One spelling per value: sorted keys, no whitespace, UTF-8; fails on non-JSON values."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _CANONICAL.encode(value)
 
 
 def sha256_of(value: Any) -> str:

@@ -398,7 +398,6 @@ class OloproofPlugin:
         system = ev.system.config["name"]
         markers = ev.cfg.settings.markers
         for case in ev.cases:
-
             item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case)
             item.bind(case)
             item.add_marker("oloproof")
@@ -499,6 +498,10 @@ class OloproofPlugin:
         ev = self.evaluation
         if ev is None or not items or self.is_worker:
             return
+        # this process alone runs these cases: commit cache writes in groups, skip lookups of absent keys
+        # (xdist workers do neither: they must see each other's entries as soon as they are written)
+        ev.caches.hold_writes()
+        ev.caches.track_keys()
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
             from .prefetch import Prefetcher
@@ -654,6 +657,13 @@ class OloproofPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        try:
+            self._sessionfinish(session, exitstatus)
+        finally:
+            if self.evaluation is not None:
+                self.evaluation.caches.flush()  # held cache writes, before anything else may read them
+
+    def _sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.prefetcher is not None:
             self._stop_prefetcher(session, exitstatus)
         if self.is_worker:

@@ -66,6 +66,9 @@ def new_run_id() -> str:
     return f"run_{ULID()}"
 
 
+_LINE = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # shared: json.dumps with options builds one per call
+
+
 class RunWriter:
     """Writes one run: the header at start, each case appended as it finishes, the record at the end.
 
@@ -82,7 +85,7 @@ class RunWriter:
         write_json(directory / "run.json", {**self.header, "status": "incomplete"})
 
     def add_case(self, rec: Mapping[str, Any]) -> None:
-        self._cases.write(json.dumps(rec, ensure_ascii=False, allow_nan=False) + "\n")
+        self._cases.write(_LINE.encode(rec) + "\n")
         self._cases.flush()  # a killed process keeps every case that finished (one write per case)
 
     def finish(self, record: Mapping[str, Any]) -> None:

@@ -304,3 +304,169 @@ def test_caches_unit(tmp_path: Path) -> None:
         assert caches.clear() == 1
     finally:
         caches.close()
+
+
+# ------------------------------------------------------------------ held writes, tracked keys, verdict bundles
+
+
+def test_held_writes_are_readable_at_once_and_committed_by_flush(tmp_path: Path) -> None:
+    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+    try:
+        writer.hold_writes(max_entries=1000, max_age_s=3600)
+        with writer.batch():
+            writer.put("generate", "k", {"output": 1})
+        assert writer.get("generate", "k") == {"output": 1}  # from memory
+        assert other.get("generate", "k") is None  # not committed yet
+        writer.flush()
+        assert other.get("generate", "k") == {"output": 1}
+    finally:
+        writer.close(), other.close()
+
+
+def test_held_writes_commit_when_the_group_is_full_and_on_close(tmp_path: Path) -> None:
+    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+    writer.hold_writes(max_entries=3, max_age_s=3600)
+    for i in range(2):
+        with writer.batch():
+            writer.put("judgment", f"k{i}", i)
+    assert other.get("judgment", "k0") is None
+    with writer.batch():
+        writer.put("judgment", "k2", 2)  # the third entry fills the group
+    assert [other.get("judgment", f"k{i}") for i in range(3)] == [0, 1, 2]
+    with writer.batch():
+        writer.put("judgment", "k3", 3)
+    writer.close()  # commits what is held
+    assert other.get("judgment", "k3") == 3
+    other.close()
+
+
+def test_held_writes_commit_when_the_group_is_old(tmp_path: Path) -> None:
+    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+    try:
+        writer.hold_writes(max_entries=1000, max_age_s=0.0)
+        with writer.batch():
+            writer.put("judgment", "k", 1)
+        assert other.get("judgment", "k") == 1
+    finally:
+        writer.close(), other.close()
+
+
+def test_without_holding_each_outer_batch_commits(tmp_path: Path) -> None:
+    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+    try:
+        with writer.batch():
+            with writer.batch():
+                writer.put("judgment", "k", 1)
+            assert other.get("judgment", "k") is None  # the inner block joins the outer one
+        assert other.get("judgment", "k") == 1
+    finally:
+        writer.close(), other.close()
+
+
+def test_tracked_keys_skip_absent_entries_and_see_their_own_writes(tmp_path: Path) -> None:
+    first = Caches(tmp_path / "c")
+    first.put("retrieve", "old", [1])
+    tracked, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+    try:
+        assert tracked.track_keys() is True
+        assert tracked.get("retrieve", "old") == [1]  # present when tracking started
+        other.put("retrieve", "late", [2])  # written by another process afterwards: not looked up
+        assert tracked.get("retrieve", "late") is None
+        tracked.put("retrieve", "mine", [3])
+        assert tracked.get("retrieve", "mine") == [3]
+        assert Caches(tmp_path / "c").get("retrieve", "late") == [2]  # an untracked reader sees it
+    finally:
+        first.close(), tracked.close(), other.close()
+
+
+def test_keys_are_not_tracked_above_the_limit(tmp_path: Path) -> None:
+    caches, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+    try:
+        for i in range(3):
+            caches.put("retrieve", f"k{i}", i)
+        assert caches.track_keys(limit=2) is False
+        other.put("retrieve", "late", 9)
+        assert caches.get("retrieve", "late") == 9
+        assert Caches(tmp_path / "off", CacheMode.OFF).track_keys() is False
+    finally:
+        caches.close(), other.close()
+
+
+EVALUATORS = (
+    "evaluators:\n"
+    "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
+    "  - {type: hit_rate, k: 2}\n"
+    "  - {type: citation_validity, criterion: citations_valid}\n"
+)
+
+
+class BundleProject(Project):
+    """Three evaluators, so a bundle covers several verdicts."""
+
+    def configure(self, **changes: Any) -> None:
+        evaluators = changes.pop("evaluators", EVALUATORS)
+        rag = {k: v for k, v in {**SETTINGS, **changes}.items() if k != "name"}
+        text = config_text(self.module, rag=rag, name=SETTINGS["name"], evaluators=evaluators)
+        self.pytester.makefile(".yaml", oloproof=text)
+
+
+def bundle_cases() -> list[dict[str, Any]]:
+    return [
+        case(c["id"], input=c["input"], expected={"answer": "beta", "relevant": [{"doc_id": "d2"}]})
+        for c in CASES
+    ]
+
+
+def test_an_unchanged_case_reuses_all_its_verdicts_from_one_bundle(pytester: pytest.Pytester) -> None:
+    p = BundleProject(pytester, bundle_cases())
+    _, cold, _ = p.run()
+    assert counts(cold, "judgment") == (0, 9)
+    caches = Caches(p.cache_dir)
+    try:
+        assert caches.stats()["verdicts"] == 3 and caches.stats()["judgment"] == 9
+    finally:
+        caches.close()
+    # served by the bundles alone: the single verdicts are gone
+    with diskcache.Cache(str(p.cache_dir)) as raw:
+        for k in list(raw.iterkeys()):
+            if str(k).startswith("judgment:"):
+                del raw[k]
+    _, warm, _ = p.run()
+    assert counts(warm, "judgment") == (9, 0)
+    assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}
+
+
+def test_changing_one_evaluator_re_judges_only_its_criterion(pytester: pytest.Pytester) -> None:
+    p = BundleProject(pytester, bundle_cases())
+    p.run()
+    p.configure(evaluators=EVALUATORS.replace("{type: hit_rate, k: 2}", "{type: hit_rate, k: 1}"))
+    _, record, _ = p.run()
+    # the bundle no longer matches; the two unchanged verdicts come from the judgment cache one by one
+    assert counts(record, "judgment") == (6, 3)
+    assert counts(record, "execution") == (3, 0)
+
+
+def test_a_bundle_serves_only_the_execution_entry_it_was_judged_on(pytester: pytest.Pytester) -> None:
+    p = BundleProject(pytester, bundle_cases())
+    tag(pytester, "old")
+    p.run()
+    # a refresh stores new execution entries; their verdicts are new bundles, not the old ones
+    with diskcache.Cache(str(p.cache_dir)) as raw:
+        old_bundles = {str(k) for k in raw.iterkeys() if str(k).startswith("verdicts:")}
+    tag(pytester, "new")
+    p.run("--oloproof-cache=refresh")
+    with diskcache.Cache(str(p.cache_dir)) as raw:
+        bundles = {str(k) for k in raw.iterkeys() if str(k).startswith("verdicts:")}
+    assert len(old_bundles) == 3 and len(bundles - old_bundles) == 3
+
+
+def test_a_corrupt_bundle_falls_back_to_single_verdicts(pytester: pytest.Pytester) -> None:
+    p = BundleProject(pytester, bundle_cases())
+    _, cold, _ = p.run()
+    with diskcache.Cache(str(p.cache_dir)) as raw:
+        for k in list(raw.iterkeys()):
+            if str(k).startswith("verdicts:"):
+                raw.set(k, json.dumps({"schema": "oloproof.cache/1", "kind": "verdicts", "value": {"criteria": {}}}))
+    _, warm, _ = p.run()
+    assert counts(warm, "judgment") == (9, 0)
+    assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}

@@ -111,9 +111,7 @@ def _validate_options(cls: type[Evaluator], options: dict[str, Any], where: str,
         if name in options and name in hints:
             fields[name] = (hints[name], ... if default is inspect.Parameter.empty else default)
     try:
-        model = create_model(
-            f"{cls.__name__}Options", __config__=ConfigDict(arbitrary_types_allowed=True), **fields
-        )
+        model = create_model(f"{cls.__name__}Options", __config__=ConfigDict(arbitrary_types_allowed=True), **fields)
         checked = model.model_validate({k: options[k] for k in fields})
     except ValidationError as exc:
         err = exc.errors()[0]
