@@ -397,8 +397,14 @@ class OloproofPlugin:
         self.fixture_names = fixture_names
         system = ev.system.config["name"]
         markers = ev.cfg.settings.markers
+        fixtureinfo = None
         for case in ev.cases:
-            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case)
+            # every item runs the same function under the same parent, so the fixture closure pytest
+            # resolves for the first one holds for all (pytest shares it the same way between the
+            # items of one parametrized test); resolving it per item was a third of collection
+            item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case, fixtureinfo=fixtureinfo)
+            if fixtureinfo is None:
+                fixtureinfo = getattr(item, "_fixtureinfo", None)
             item.bind(case)
             item.add_marker("oloproof")
             _mark_case(self.config, item, case, markers)
