@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Iterator
@@ -11,13 +10,14 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import fastjson
+
 if TYPE_CHECKING:
     import diskcache
 
 
 KINDS = ("execution", "retrieve", "generate", "judgment", "verdicts")
 _SCHEMA = "oloproof.cache/1"
-_ENTRY = json.JSONEncoder(allow_nan=False)  # shared: json.dumps with options builds an encoder per call
 
 
 class CacheMode(str, Enum):
@@ -145,7 +145,7 @@ class Caches:
                 raw = self._open().get(full)
                 if raw is None:
                     return None
-            entry = json.loads(raw)
+            entry = fastjson.loads(raw)
             if entry.get("schema") != _SCHEMA or entry.get("kind") != kind:
                 return None
             return entry["value"], raw
@@ -168,7 +168,7 @@ class Caches:
             text = f'{{"schema":"{_SCHEMA}","kind":"{kind}","value":{value_json}}}'
         else:
             try:
-                text = _ENTRY.encode({"schema": _SCHEMA, "kind": kind, "value": value})
+                text = fastjson.dumps({"schema": _SCHEMA, "kind": kind, "value": value})
             except (TypeError, ValueError):
                 return None  # not JSON: the contract check reports it; never store it
         with self._lock:

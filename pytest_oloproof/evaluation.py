@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 import traceback
 import weakref
 from collections.abc import Mapping, Sequence
@@ -133,7 +135,8 @@ def _bundle_key(entry: str, expected_digest: str, evaluators: Sequence[Evaluator
     Each verdict is also filed on its own (the judgment cache); the bundle lets an
     unchanged case reuse all of them with one lookup instead of one per evaluator.
     """
-    return sha256_of(["verdicts/1", entry, expected_digest, _evaluators_identity(evaluators), unit])
+    text = f"verdicts/1|{entry}|{expected_digest}|{_evaluators_identity(evaluators)}|{unit}"
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 _EVALUATORS_IDENTITY: dict[tuple[int, ...], tuple[str, Sequence[Evaluator]]] = {}
@@ -221,6 +224,8 @@ def _judge(
         value = ev.evaluate(x)
         if not isinstance(value, CriterionValue):
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
+        if value.value is not None and not math.isfinite(value.value):
+            raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
     except Exception as exc:
         return CriterionValue.missing(
             f"evaluator_error: {type(exc).__name__}: {exc}", detail={"traceback": traceback.format_exc()}

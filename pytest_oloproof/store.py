@@ -12,6 +12,7 @@ from typing import Any, TextIO
 
 from ulid import ULID
 
+from . import fastjson
 from .errors import StoreError
 from .identity import canonical_json, sha256_of
 
@@ -66,9 +67,6 @@ def new_run_id() -> str:
     return f"run_{ULID()}"
 
 
-_LINE = json.JSONEncoder(ensure_ascii=False, allow_nan=False)  # shared: json.dumps with options builds one per call
-
-
 class RunWriter:
     """Writes one run: the header at start, each case appended as it finishes, the record at the end.
 
@@ -85,7 +83,7 @@ class RunWriter:
         write_json(directory / "run.json", {**self.header, "status": "incomplete"})
 
     def add_case(self, rec: Mapping[str, Any]) -> None:
-        self._cases.write(_LINE.encode(rec) + "\n")
+        self._cases.write(fastjson.dumps(rec) + "\n")
         self._cases.flush()  # a killed process keeps every case that finished (one write per case)
 
     def finish(self, record: Mapping[str, Any]) -> None:
@@ -141,7 +139,7 @@ class Store:
         with path.open(encoding="utf-8") as f:
             for line in f:
                 try:
-                    yield json.loads(line)
+                    yield fastjson.loads(line)
                 except ValueError:
                     continue  # a torn last line of an interrupted run
 

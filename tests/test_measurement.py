@@ -438,3 +438,29 @@ def test_single_graded_value_gets_the_whole_unit_interval(pytester: pytest.Pytes
     cells = row(result, "ndcg_at_3")
     assert cells[2] == "[0.000, 1.000]" and cells[3] == "mean of 1 observed · 0 missing · 0 excluded"
     assert "ndcg_at_3: interval degenerate (n < 2)" in section(result)
+
+
+def test_a_non_finite_criterion_value_is_missing_not_recorded(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest(
+        """
+        from pytest_oloproof import CriterionValue, Evaluator
+
+        class Nan(Evaluator):
+            type = "nan_score"
+            reads = frozenset({"input"})
+            def __init__(self, criterion=None, asserts=None):
+                super().__init__(criterion or "nan_score", asserts)
+            def evaluate(self, x):
+                return CriterionValue.observed(float("nan") if x.input["q"] == "nan" else 1.0)
+
+        def pytest_oloproof_evaluators():
+            return [Nan]
+        """
+    )
+    make_project(pytester, [case("a", expected=REL), case("b", q="nan", expected=REL)], [{"type": "nan_score"}])
+    result, rep = report(pytester)
+    by_id = {c["id"]: c["criteria"] for c in rep["cases"]}
+    assert by_id["a"]["nan_score"] == {"status": "observed", "value": 1.0}
+    assert by_id["b"]["nan_score"]["status"] == "missing", by_id
+    assert "must be a finite number" in by_id["b"]["nan_score"]["reason"]
+    assert rep["status"] == "complete" and rep["metrics"]["nan_score"]["missing"] == 1
