@@ -100,10 +100,16 @@ def evaluate_record(
         except (TypeError, ValueError):
             bundle_key = None
     if bundle_key is not None:
-        bundled = _bundled_verdicts(caches.get("verdicts", bundle_key), evaluators)
+        bundle = caches.get("verdicts", bundle_key)
+        bundled = _bundled_verdicts(bundle, evaluators)
         if bundled is not None:
             rec["criteria"] = bundled
-            rec["relevant_position"] = relevant_position(case, candidate_views(rec.get("retrieval")), relevance_unit)
+            if isinstance(bundle, dict) and "relevant_position" in bundle:  # fixed by the entry, expected, unit
+                rec["relevant_position"] = bundle["relevant_position"]
+            else:
+                rec["relevant_position"] = relevant_position(
+                    case, candidate_views(rec.get("retrieval")), relevance_unit
+                )
             rec.setdefault("cache", {})["judgment"] = {"hit": len(evaluators), "miss": 0}
             return rec
     x = eval_input(case, rec, gold) if not error else None
@@ -120,11 +126,13 @@ def evaluate_record(
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
-        if bundle_key is not None and all(c["status"] != "missing" for c in criteria.values()):
-            caches.put("verdicts", bundle_key, {"criteria": criteria})
     rec["criteria"] = criteria
     views = x.retrieval if x is not None else candidate_views(rec.get("retrieval"))
     rec["relevant_position"] = relevant_position(case, views, relevance_unit)
+    if bundle_key is not None and all(c["status"] != "missing" for c in criteria.values()):
+        bundle = {"criteria": criteria, "relevant_position": rec["relevant_position"]}
+        with caches.batch():
+            caches.put("verdicts", bundle_key, bundle)
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     return rec
 

@@ -398,6 +398,7 @@ class OloproofPlugin:
         system = ev.system.config["name"]
         markers = ev.cfg.settings.markers
         fixtureinfo = None
+        parent.add_marker("oloproof")  # items inherit it from their file: one marker, not one per item
         for case in ev.cases:
             # every item runs the same function under the same parent, so the fixture closure pytest
             # resolves for the first one holds for all (pytest shares it the same way between the
@@ -406,7 +407,6 @@ class OloproofPlugin:
             if fixtureinfo is None:
                 fixtureinfo = getattr(item, "_fixtureinfo", None)
             item.bind(case)
-            item.add_marker("oloproof")
             _mark_case(self.config, item, case, markers)
             yield item
 

@@ -434,6 +434,10 @@ def test_an_unchanged_case_reuses_all_its_verdicts_from_one_bundle(pytester: pyt
     _, warm, _ = p.run()
     assert counts(warm, "judgment") == (9, 0)
     assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}
+    # the bundle also carries where the relevant document was ranked
+    positions = {c["id"]: c["relevant_position"] for c in warm["cases"]}
+    assert positions == {c["id"]: c["relevant_position"] for c in cold["cases"]}
+    assert positions == {"one": 1, "two": 2, "three": 1}
 
 
 def test_changing_one_evaluator_re_judges_only_its_criterion(pytester: pytest.Pytester) -> None:
