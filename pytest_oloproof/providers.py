@@ -24,12 +24,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-import httpx
-
 from .errors import ConfigError, OloproofError
+
+if TYPE_CHECKING:
+    import httpx  # imported when a judge first sends a request: most runs have no judge
 
 log = logging.getLogger("pytest_oloproof.providers")
 
@@ -156,6 +157,8 @@ class OpenAIProvider:
                 self._client = None
 
     def _new_client(self) -> httpx.Client:
+        import httpx
+
         return httpx.Client(timeout=httpx.Timeout(self.timeout_s))
 
     def _api_key(self) -> str | None:
@@ -172,6 +175,8 @@ class OpenAIProvider:
 
     def complete(self, messages: Messages) -> str:
         """POST the messages to `{base_url}/chat/completions`; return choices[0].message.content."""
+        import httpx
+
         key = self._api_key()
         headers = {"Content-Type": "application/json"}
         if key is not None:
