@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import diskcache
 
 
-KINDS = ("execution", "retrieve", "generate", "judgment", "verdicts")
+KINDS = ("execution", "retrieve", "generate", "judgment")
 _SCHEMA = "oloproof.cache/1"
 
 
@@ -128,11 +128,6 @@ class Caches:
 
     def get(self, kind: str, key: str, *, bypass: bool = False) -> Any | None:
         """The stored value, or None on a miss; an unreadable entry is a miss."""
-        entry = self.get_text(kind, key, bypass=bypass)
-        return None if entry is None else entry[0]
-
-    def get_text(self, kind: str, key: str, *, bypass: bool = False) -> tuple[Any, str] | None:
-        """The stored value and the entry's text (which identifies the entry), or None on a miss."""
         if bypass or not self.mode.reads:
             return None
         full = f"{kind}:{key}"
@@ -148,7 +143,7 @@ class Caches:
             entry = fastjson.loads(raw)
             if entry.get("schema") != _SCHEMA or entry.get("kind") != kind:
                 return None
-            return entry["value"], raw
+            return entry["value"]
         except Exception:
             return None
 

@@ -14,7 +14,7 @@ from .cache import Caches
 from .cases import Case
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
 from .evaluators.retrieval import qrels_of, units_of
-from .execute import EXECUTION_ENTRY
+from .execute import EXECUTION_ENTRY, VERDICTS, cacheable
 from .identity import context_identity, judgment_key, sha256_of
 
 
@@ -93,14 +93,14 @@ def evaluate_record(
     hits = misses = 0
     error = rec.get("error")
     entry = rec.pop(EXECUTION_ENTRY, None)
-    bundle_key = None
+    bundle_id = None
     if entry is not None and not error and gold is None and not bypass_judgment and evaluators:
         try:
-            bundle_key = _bundle_key(entry, sha256_of(dict(case.expected)), evaluators, relevance_unit)
+            bundle_id = _bundle_id(sha256_of(dict(case.expected)), evaluators, relevance_unit)
         except (TypeError, ValueError):
-            bundle_key = None
-    if bundle_key is not None:
-        bundle = caches.get("verdicts", bundle_key)
+            bundle_id = None
+    if bundle_id is not None:
+        bundle = entry[1].get(bundle_id)
         bundled = _bundled_verdicts(bundle, evaluators)
         if bundled is not None:
             rec["criteria"] = bundled
@@ -129,21 +129,29 @@ def evaluate_record(
     rec["criteria"] = criteria
     views = x.retrieval if x is not None else candidate_views(rec.get("retrieval"))
     rec["relevant_position"] = relevant_position(case, views, relevance_unit)
-    if bundle_key is not None and all(c["status"] != "missing" for c in criteria.values()):
-        bundle = {"criteria": criteria, "relevant_position": rec["relevant_position"]}
+    if entry is not None and bundle_id is not None and all(c["status"] != "missing" for c in criteria.values()):
+        # file the bundle in the execution entry (rewritten with it; in one commit with the
+        # entry's first write when the case was just executed); the latest few evaluator sets are kept
+        bundles = dict(list(entry[1].items())[-(MAX_BUNDLES - 1) :])
+        bundles[bundle_id] = {"criteria": criteria, "relevant_position": rec["relevant_position"]}
         with caches.batch():
-            caches.put("verdicts", bundle_key, bundle)
+            caches.put("execution", entry[0], {**cacheable(rec), VERDICTS: bundles})
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     return rec
 
 
-def _bundle_key(entry: str, expected_digest: str, evaluators: Sequence[Evaluator], unit: str) -> str:
-    """Identity of a case's verdicts bundle: the execution entry judged, the expected data, the evaluators.
+#: Verdict bundles kept per execution entry (one per set of evaluators it was judged with).
+MAX_BUNDLES = 8
 
-    Each verdict is also filed on its own (the judgment cache); the bundle lets an
-    unchanged case reuse all of them with one lookup instead of one per evaluator.
+
+def _bundle_id(expected_digest: str, evaluators: Sequence[Evaluator], unit: str) -> str:
+    """Names a bundle of verdicts within its execution entry: the expected data and the evaluators.
+
+    Each verdict is also filed on its own (the judgment cache); the bundle, kept in
+    the execution entry it was judged on, lets an unchanged case reuse all of them
+    with the one lookup that serves its execution. A refreshed entry starts without bundles.
     """
-    text = f"verdicts/1|{entry}|{expected_digest}|{_evaluators_identity(evaluators)}|{unit}"
+    text = f"verdicts/2|{expected_digest}|{_evaluators_identity(evaluators)}|{unit}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

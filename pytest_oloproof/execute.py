@@ -8,7 +8,6 @@ loop, interventions and caching all share one path.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
 import threading
 import time
@@ -164,11 +163,12 @@ class Engine:
         input_json = canonical_json(case.input)
         ekey = keys.execution(input_json)
         if use_exec_cache:
-            entry = self.caches.get_text("execution", ekey, bypass=bypass)
-            if entry is not None and isinstance(entry[0], dict):
-                rec.update(entry[0])
+            hit = self.caches.get("execution", ekey, bypass=bypass)
+            if isinstance(hit, dict):
+                verdicts = hit.pop(VERDICTS, None)
+                rec.update(hit)
                 rec["cache"] = {"execution": "hit", "retrieve": None, "generate": None}
-                rec[EXECUTION_ENTRY] = entry_digest(ekey, entry[1])
+                rec[EXECUTION_ENTRY] = (ekey, verdicts if isinstance(verdicts, dict) else {})
                 return rec
         if not self.system.is_rag:
             output = yield _Call("call", self.system.obj, (case.input,))
@@ -272,13 +272,13 @@ class Engine:
 
     def _commit(self, gate: _Gate | None, ekey: str, rec: dict[str, Any], use_exec_cache: bool, bypass: bool) -> None:
         """The case's last write: its execution entry, unless a timeout abandoned the attempt first."""
-        value = _cacheable(rec) if use_exec_cache else None
+        value = cacheable(rec) if use_exec_cache else None
         if gate is None:
             text = self.caches.put("execution", ekey, value, bypass=bypass) if value is not None else None
         else:
             text = gate.commit(self.caches, ekey, value, bypass)
         if text is not None:
-            rec[EXECUTION_ENTRY] = entry_digest(ekey, text)
+            rec[EXECUTION_ENTRY] = (ekey, {})
 
     def _rerank(
         self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
@@ -590,15 +590,14 @@ def _passage(c: Mapping[str, Any]) -> Passage:
     )
 
 
-EXECUTION_ENTRY = "_execution_entry"  # in a record served by or stored in the execution cache; evaluation pops it
+#: In a record served by or stored in the execution cache: (key, verdict bundles); evaluation pops it.
+EXECUTION_ENTRY = "_execution_entry"
+#: The execution entry's field holding its verdict bundles (see evaluation.py), never part of a record.
+VERDICTS = "verdicts"
 
 
-def entry_digest(key: str, text: str) -> str:
-    """Names one execution entry (its key and exact content): the verdicts judged on it are filed under it."""
-    return hashlib.sha256(f"{key}|{text}".encode()).hexdigest()
-
-
-def _cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
+def cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """What the execution entry keeps of a record."""
     keep = ("retrieval", "context", "dropped", "context_truncated", "output")
     return {k: rec[k] for k in keep}
 

@@ -417,15 +417,22 @@ def bundle_cases() -> list[dict[str, Any]]:
     ]
 
 
+def execution_entries(p: Project) -> dict[str, Any]:
+    with diskcache.Cache(str(p.cache_dir)) as raw:
+        return {
+            str(k): json.loads(raw[k])["value"] for k in raw.iterkeys() if str(k).startswith("execution:")
+        }
+
+
 def test_an_unchanged_case_reuses_all_its_verdicts_from_one_bundle(pytester: pytest.Pytester) -> None:
     p = BundleProject(pytester, bundle_cases())
     _, cold, _ = p.run()
     assert counts(cold, "judgment") == (0, 9)
-    caches = Caches(p.cache_dir)
-    try:
-        assert caches.stats()["verdicts"] == 3 and caches.stats()["judgment"] == 9
-    finally:
-        caches.close()
+    entries = execution_entries(p)
+    assert len(entries) == 3 and all(len(e["verdicts"]) == 1 for e in entries.values())
+    for run in (pytester.path / ".oloproof" / "runs").iterdir():  # never part of a stored record
+        for line in (run / "cases.jsonl").read_text().splitlines():
+            assert not {"verdicts", "_execution_entry"} & set(json.loads(line))
     # served by the bundles alone: the single verdicts are gone
     with diskcache.Cache(str(p.cache_dir)) as raw:
         for k in list(raw.iterkeys()):
@@ -448,20 +455,28 @@ def test_changing_one_evaluator_re_judges_only_its_criterion(pytester: pytest.Py
     # the bundle no longer matches; the two unchanged verdicts come from the judgment cache one by one
     assert counts(record, "judgment") == (6, 3)
     assert counts(record, "execution") == (3, 0)
-
-
-def test_a_bundle_serves_only_the_execution_entry_it_was_judged_on(pytester: pytest.Pytester) -> None:
-    p = BundleProject(pytester, bundle_cases())
-    tag(pytester, "old")
-    p.run()
-    # a refresh stores new execution entries; their verdicts are new bundles, not the old ones
+    # the entry now holds a bundle for each set of evaluators, so going back is one lookup again
+    assert all(len(e["verdicts"]) == 2 for e in execution_entries(p).values())
+    p.configure()
     with diskcache.Cache(str(p.cache_dir)) as raw:
-        old_bundles = {str(k) for k in raw.iterkeys() if str(k).startswith("verdicts:")}
+        for k in list(raw.iterkeys()):
+            if str(k).startswith("judgment:"):
+                del raw[k]
+    _, record, _ = p.run()
+    assert counts(record, "judgment") == (9, 0)
+
+
+def test_a_refreshed_execution_entry_starts_without_bundles(pytester: pytest.Pytester) -> None:
+    p = BundleProject(pytester, bundle_cases())
+    p.run()
+    p.configure(evaluators=EVALUATORS.replace("{type: hit_rate, k: 2}", "{type: hit_rate, k: 1}"))
+    p.run()
+    assert all(len(e["verdicts"]) == 2 for e in execution_entries(p).values())
     tag(pytester, "new")
     p.run("--oloproof-cache=refresh")
-    with diskcache.Cache(str(p.cache_dir)) as raw:
-        bundles = {str(k) for k in raw.iterkeys() if str(k).startswith("verdicts:")}
-    assert len(old_bundles) == 3 and len(bundles - old_bundles) == 3
+    entries = execution_entries(p)
+    assert all(len(e["verdicts"]) == 1 for e in entries.values())  # only what was judged on the new output
+    assert {e["output"]["tag"] for e in entries.values()} == {"new"}
 
 
 def test_a_corrupt_bundle_falls_back_to_single_verdicts(pytester: pytest.Pytester) -> None:
@@ -469,8 +484,11 @@ def test_a_corrupt_bundle_falls_back_to_single_verdicts(pytester: pytest.Pyteste
     _, cold, _ = p.run()
     with diskcache.Cache(str(p.cache_dir)) as raw:
         for k in list(raw.iterkeys()):
-            if str(k).startswith("verdicts:"):
-                raw.set(k, json.dumps({"schema": "oloproof.cache/1", "kind": "verdicts", "value": {"criteria": {}}}))
+            if str(k).startswith("execution:"):
+                entry = json.loads(raw[k])
+                entry["value"]["verdicts"] = {bid: {"criteria": {}} for bid in entry["value"]["verdicts"]}
+                raw[k] = json.dumps(entry)
     _, warm, _ = p.run()
+    assert counts(warm, "execution") == (3, 0)
     assert counts(warm, "judgment") == (9, 0)
     assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}
