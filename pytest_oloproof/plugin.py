@@ -253,6 +253,7 @@ class OloproofPlugin:
         self.recorder: RunRecorder | None = None
         self.record: dict[str, Any] | None = None
         self._outcomes: dict[str, tuple[dict[str, Any], Any]] = {}  # nodeid -> (record, evaluators) until reported
+        self._diagnoses: dict[str, dict[str, Any]] = {}  # nodeid -> a diagnosis item's outcome until reported
         self.prefetcher: Any = None
         self.progress: Any = None  # prefetch.Progress, on the controller
         self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
@@ -449,6 +450,7 @@ class OloproofPlugin:
         assert isinstance(item, CaseItem)
         outcome = self.diagnoser.run_case(case.id)
         item.diagnosis = outcome
+        self._diagnoses[item.nodeid] = outcome
         if outcome.get("undiagnosable"):
             pytest.skip(f"case {case.id!r} failed but has no expected.gold_context: undiagnosable")
         entry = outcome["entry"]
@@ -612,19 +614,22 @@ class OloproofPlugin:
             self._described = cached
         return cached[1]
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
-        report = yield
-        outcome = self._outcomes.pop(item.nodeid, None) if call.when == "call" else None
-        if outcome is not None:
-            report.oloproof_case, report.oloproof_evaluators = outcome
-        if call.when == "call" and isinstance(item, CaseItem) and item.diagnosis is not None:
-            report.oloproof_diagnosis = item.diagnosis
-        if call.when == "teardown" and isinstance(item, CaseItem) and not self.interrupted:
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> None:
+        if isinstance(item, CaseItem) and not self.interrupted:
             item.case = None  # type: ignore[assignment]  # done with it; see CaseItem
-        return report
 
+    @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call" and (self._outcomes or self._diagnoses):
+            # the case's record rides on its report: an xdist worker sends it to the controller
+            # (this hook runs before xdist's, which serialises the report)
+            outcome = self._outcomes.pop(report.nodeid, None)
+            if outcome is not None:
+                report.oloproof_case, report.oloproof_evaluators = outcome  # type: ignore[attr-defined]
+            diagnosis = self._diagnoses.pop(report.nodeid, None)
+            if diagnosis is not None:
+                report.oloproof_diagnosis = diagnosis  # type: ignore[attr-defined]
         outcome = getattr(report, "oloproof_diagnosis", None)
         if outcome is not None and not self.is_worker and report.when == "call":
             if self.diagnoser is None:  # under xdist the controller collects nothing
