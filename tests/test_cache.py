@@ -411,17 +411,12 @@ class BundleProject(Project):
 
 
 def bundle_cases() -> list[dict[str, Any]]:
-    return [
-        case(c["id"], input=c["input"], expected={"answer": "beta", "relevant": [{"doc_id": "d2"}]})
-        for c in CASES
-    ]
+    return [case(c["id"], input=c["input"], expected={"answer": "beta", "relevant": [{"doc_id": "d2"}]}) for c in CASES]
 
 
 def execution_entries(p: Project) -> dict[str, Any]:
     with diskcache.Cache(str(p.cache_dir)) as raw:
-        return {
-            str(k): json.loads(raw[k])["value"] for k in raw.iterkeys() if str(k).startswith("execution:")
-        }
+        return {str(k): json.loads(raw[k])["value"] for k in raw.iterkeys() if str(k).startswith("execution:")}
 
 
 def test_an_unchanged_case_reuses_all_its_verdicts_from_one_bundle(pytester: pytest.Pytester) -> None:

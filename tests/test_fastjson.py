@@ -13,7 +13,7 @@ from pytest_oloproof import fastjson
     "value",
     [
         {"a": 1, "b": [1.5, None, True, "é ✓"], "c": {"d": -0.0}},
-        {1: "int key", True: "bool key"},  # json.dumps turns such keys into strings
+        {1: "int key", False: "bool key", None: "null key"},  # json.dumps turns such keys into strings
         [2**70, 3],  # beyond 64 bits: orjson cannot, the standard library can
         [1e16, 1e-7, 0.1],
     ],

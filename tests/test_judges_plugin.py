@@ -14,7 +14,7 @@ from tests.judge_server import Recorded, Reply, ScriptedServer
 
 SECRET = "sk-test-DO-NOT-LEAK-7f3a9c1e"
 
-SYSTEM = '''
+SYSTEM = """
 from pytest_oloproof import Passage, Retrieval, rag_system
 
 DOCS = {"a": "Refunds take 14 days.", "b": "Seats cost 8 dollars."}
@@ -27,9 +27,9 @@ class Judged:
 
     def generate(self, input, context):
         return {"answer": context[0].text, "citations": [context[0].doc_id]}
-'''
+"""
 
-JUDGE = '''
+JUDGE = """
 import json, os
 from pathlib import Path
 
@@ -39,7 +39,7 @@ def judge(messages):
     answer = messages[-1]["content"].split("ANSWER:", 1)[1]
     ok = "14 days" in answer
     return json.dumps({"verdict": "pass" if ok else "fail", "rationale": "scripted"})
-'''
+"""
 
 CASES = "\n".join(
     json.dumps(c)
@@ -98,7 +98,7 @@ def test_conftest_provider_fixture_replaces_the_configured_provider(
         "sys_judge_b",
     )
     pytester.makeconftest(
-        '''
+        """
 import json, pytest
 
 class Always:
@@ -110,7 +110,7 @@ class Always:
 @pytest.fixture(scope="session")
 def oloproof_judge_provider():
     return Always()
-'''
+"""
     )
     result = pytester.runpytest("--oloproof", "--oloproof-report", "r.json")
     result.assert_outcomes(passed=2)

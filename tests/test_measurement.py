@@ -458,7 +458,7 @@ def test_a_non_finite_criterion_value_is_missing_not_recorded(pytester: pytest.P
         """
     )
     make_project(pytester, [case("a", expected=REL), case("b", q="nan", expected=REL)], [{"type": "nan_score"}])
-    result, rep = report(pytester)
+    _, rep = report(pytester)
     by_id = {c["id"]: c["criteria"] for c in rep["cases"]}
     assert by_id["a"]["nan_score"] == {"status": "observed", "value": 1.0}
     assert by_id["b"]["nan_score"]["status"] == "missing", by_id
