@@ -672,7 +672,13 @@ class OloproofPlugin:
             self._sessionfinish(session, exitstatus)
         finally:
             if self.evaluation is not None:
-                self.evaluation.caches.flush()  # held cache writes, before anything else may read them
+                try:
+                    self.evaluation.caches.flush()  # held cache writes, before anything else may read them
+                except Exception as exc:  # the run is recorded; only later runs' reuse of these entries is lost
+                    self.summary_lines.append(
+                        f"warning: the last cache writes could not be committed ({type(exc).__name__}: {exc}); "
+                        "the next run recomputes those stages"
+                    )
 
     def _sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.prefetcher is not None:
@@ -764,7 +770,10 @@ class OloproofPlugin:
         if self.recorder is not None:
             self.recorder.close()
         if self.evaluation is not None:
-            self.evaluation.caches.close()
+            try:
+                self.evaluation.caches.close()
+            except Exception:
+                pass  # already reported by pytest_sessionfinish
 
 
 def _ini_config_path(config: pytest.Config) -> str | None:
