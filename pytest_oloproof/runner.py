@@ -303,9 +303,23 @@ class RunRecorder:
 
     def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
+        if status != "complete" and self._writer is not None:
+            self._reconcile()
         record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
+
+    def _reconcile(self) -> None:
+        """After an interruption, count exactly the cases in cases.jsonl.
+
+        Ctrl-C can land between writing a case's line and noting it in memory; the
+        line is what the next run and every reader see, so the record follows it.
+        """
+        assert self._writer is not None
+        self._writer.flush()
+        written = [slim_case(rec) for rec in self.store.iter_cases(self.run_id)]
+        if len(written) != len(self.cases):
+            self.cases = written
 
     def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
         """The JSON run report with every full case record, streamed from the store (memory stays flat)."""

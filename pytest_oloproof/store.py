@@ -86,6 +86,10 @@ class RunWriter:
         self._cases.write(fastjson.dumps(rec) + "\n")
         self._cases.flush()  # a killed process keeps every case that finished (one write per case)
 
+    def flush(self) -> None:
+        if not self._cases.closed:
+            self._cases.flush()
+
     def finish(self, record: Mapping[str, Any]) -> None:
         self._cases.flush()
         os.fsync(self._cases.fileno())

@@ -172,3 +172,25 @@ class System:
     pytester.makefile(".jsonl", cases=json.dumps(case("a")) + "\n")
     pytester.runpytest("--oloproof", "-p", "no:cacheprovider").assert_outcomes(passed=1)
     assert last_run(pytester)["cache"]["execution"] == {"hit": 1, "miss": 0}
+
+
+def _case_record(cid: str, value: float) -> dict[str, object]:
+    return {"id": cid, "criteria": {"ok": {"status": "observed", "value": value}}, "metadata": {}, "error": None}
+
+
+def test_an_interrupted_run_counts_the_cases_its_file_holds(tmp_path: Path) -> None:
+    """Ctrl-C between writing a case's line and noting it in memory: the record follows the file."""
+    from pytest_oloproof.runner import RunRecorder
+
+    store = Store(tmp_path / ".oloproof")
+    header = {"evaluators": [{"criterion": "ok", "kind": "rate"}], "slices": [], "confidence": 0.95, "seed": 0}
+    recorder = RunRecorder(store, header)
+    recorder.add(_case_record("a", 1.0))
+    recorder.add(_case_record("b", 0.0))
+    recorder._open().add_case(_case_record("c", 1.0))  # the line is written; the interruption came before the rest
+    record = recorder.finish("incomplete")
+    assert record["counts"]["cases"] == 3
+    assert [c["id"] for c in record["cases"]] == ["a", "b", "c"]
+    assert record["metrics"]["ok"]["passed"] == 2 and record["metrics"]["ok"]["observed"] == 3
+    stored = json.loads((store.run_dir(recorder.run_id) / "run.json").read_text())
+    assert stored["counts"]["cases"] == 3
