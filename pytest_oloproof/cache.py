@@ -147,25 +147,23 @@ class Caches:
         except Exception:
             return None
 
-    def put(
-        self, kind: str, key: str, value: Any, *, bypass: bool = False, value_json: str | None = None
-    ) -> str | None:
-        """Store a value; returns the entry's text, or None when nothing was stored.
+    def put(self, kind: str, key: str, value: Any, *, bypass: bool = False, value_json: str | None = None) -> bool:
+        """Store a value; False when nothing was stored (bypassed, a mode that keeps entries, not JSON).
 
         `value_json` is the value already serialised (e.g. by a contract check), so it is not encoded twice.
         """
         if bypass or not self.mode.writes:
-            return None
+            return False
         full = f"{kind}:{key}"
         if self.mode is CacheMode.WRITE and self._exists(full):
-            return None
+            return False
         if value_json is not None:
             text = f'{{"schema":"{_SCHEMA}","kind":"{kind}","value":{value_json}}}'
         else:
             try:
                 text = fastjson.dumps({"schema": _SCHEMA, "kind": kind, "value": value})
             except (TypeError, ValueError):
-                return None  # not JSON: the contract check reports it; never store it
+                return False  # not JSON: the contract check reports it; never store it
         with self._lock:
             if self._known is not None:
                 self._known.add(hash(full))
@@ -173,9 +171,9 @@ class Caches:
                 if not self._pending:
                     self._pending_since = time.monotonic()
                 self._pending[full] = text
-                return text
+                return True
         self._open().set(full, text, retry=True)
-        return text
+        return True
 
     def _exists(self, full: str) -> bool:
         if full in self._pending:

@@ -93,28 +93,23 @@ def evaluate_record(
     hits = misses = 0
     error = rec.get("error")
     entry = rec.pop(EXECUTION_ENTRY, None)
-    bundle_id = None
+    expected_digest = bundle_id = None
     if entry is not None and not error and gold is None and not bypass_judgment and evaluators:
         try:
-            bundle_id = _bundle_id(sha256_of(dict(case.expected)), evaluators, relevance_unit)
+            expected_digest = sha256_of(dict(case.expected))
+            bundle_id = _bundle_id(expected_digest, evaluators, relevance_unit)
         except (TypeError, ValueError):
             bundle_id = None
     if bundle_id is not None:
-        bundle = entry[1].get(bundle_id)
-        bundled = _bundled_verdicts(bundle, evaluators)
-        if bundled is not None:
-            rec["criteria"] = bundled
-            if isinstance(bundle, dict) and "relevant_position" in bundle:  # fixed by the entry, expected, unit
-                rec["relevant_position"] = bundle["relevant_position"]
-            else:
-                rec["relevant_position"] = relevant_position(
-                    case, candidate_views(rec.get("retrieval")), relevance_unit
-                )
+        bundle = _bundle(entry[1].get(bundle_id), evaluators)
+        if bundle is not None:
+            rec["criteria"] = bundle["criteria"]
+            rec["relevant_position"] = bundle["relevant_position"]  # fixed by the entry, expected data, unit
             rec.setdefault("cache", {})["judgment"] = {"hit": len(evaluators), "miss": 0}
             return rec
     x = eval_input(case, rec, gold) if not error else None
-    digests = _Digests(x) if x is not None else None
-    with caches.batch():
+    digests = _Digests(x, expected_digest) if x is not None else None
+    with caches.batch():  # the case's verdicts and its bundle in one commit
         for ev in evaluators:
             if error or x is None or digests is None:
                 value = CriterionValue.missing(
@@ -126,15 +121,15 @@ def evaluate_record(
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
-    rec["criteria"] = criteria
-    views = x.retrieval if x is not None else candidate_views(rec.get("retrieval"))
-    rec["relevant_position"] = relevant_position(case, views, relevance_unit)
-    if entry is not None and bundle_id is not None and all(c["status"] != "missing" for c in criteria.values()):
-        # file the bundle in the execution entry (rewritten with it; in one commit with the
-        # entry's first write when the case was just executed); the latest few evaluator sets are kept
-        bundles = dict(list(entry[1].items())[-(MAX_BUNDLES - 1) :])
-        bundles[bundle_id] = {"criteria": criteria, "relevant_position": rec["relevant_position"]}
-        with caches.batch():
+        rec["criteria"] = criteria
+        views = x.retrieval if x is not None else candidate_views(rec.get("retrieval"))
+        rec["relevant_position"] = relevant_position(case, views, relevance_unit)
+        if bundle_id is not None and all(c["status"] != "missing" for c in criteria.values()):
+            # file the bundle in the execution entry it was judged on (rewritten with it; held in the
+            # same commit as the entry's first write when the case was just executed); the latest few
+            # evaluator sets are kept
+            bundles = dict(list(entry[1].items())[-(MAX_BUNDLES - 1) :])
+            bundles[bundle_id] = {"criteria": criteria, "relevant_position": rec["relevant_position"]}
             caches.put("execution", entry[0], {**cacheable(rec), VERDICTS: bundles})
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     return rec
@@ -171,9 +166,11 @@ def _evaluators_identity(evaluators: Sequence[Evaluator]) -> str:
     return memo[0]
 
 
-def _bundled_verdicts(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, dict[str, Any]] | None:
-    """The criteria of a verdicts bundle, or None unless it holds a verdict for every evaluator."""
-    criteria = value.get("criteria") if isinstance(value, dict) else None
+def _bundle(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, Any] | None:
+    """A stored bundle as {criteria, relevant_position}, or None unless it holds a verdict for every evaluator."""
+    if not isinstance(value, dict) or "relevant_position" not in value:
+        return None
+    criteria = value.get("criteria")
     if not isinstance(criteria, dict):
         return None
     out = {}
@@ -182,15 +179,15 @@ def _bundled_verdicts(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, 
         if not isinstance(c, dict) or c.get("status") not in ("observed", "excluded"):
             return None
         out[ev.criterion] = c
-    return out
+    return {"criteria": out, "relevant_position": value["relevant_position"]}
 
 
 class _Digests:
     """Digests of what evaluators read of one case, each computed once however many evaluators read it."""
 
-    def __init__(self, x: EvalInput) -> None:
+    def __init__(self, x: EvalInput, expected: str | None = None) -> None:
         self.x = x
-        self._expected: str | None = None
+        self._expected = expected  # already computed by the caller, or on first use
         self._reads: dict[frozenset[str], str] = {}
 
     def expected(self) -> str:

@@ -274,10 +274,10 @@ class Engine:
         """The case's last write: its execution entry, unless a timeout abandoned the attempt first."""
         value = cacheable(rec) if use_exec_cache else None
         if gate is None:
-            text = self.caches.put("execution", ekey, value, bypass=bypass) if value is not None else None
+            stored = value is not None and self.caches.put("execution", ekey, value, bypass=bypass)
         else:
-            text = gate.commit(self.caches, ekey, value, bypass)
-        if text is not None:
+            stored = gate.commit(self.caches, ekey, value, bypass)
+        if stored:
             rec[EXECUTION_ENTRY] = (ekey, {})
 
     def _rerank(
@@ -534,13 +534,14 @@ class _Gate:
             if not self.abandoned:
                 caches.put(kind, key, value, bypass=bypass, value_json=value_json)
 
-    def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> str | None:
+    def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> bool:
+        """Write the execution entry (when there is one) unless abandoned; whether it was stored."""
         with self.lock:
             if self.abandoned:
-                return None
-            text = caches.put("execution", ekey, value, bypass=bypass) if value is not None else None
+                return False
+            stored = value is not None and caches.put("execution", ekey, value, bypass=bypass)
             self.committed = True
-            return text
+            return stored
 
     def abandon(self) -> bool:
         """Give up on the attempt; False when it already committed (its result stands)."""

@@ -60,10 +60,6 @@ def retrieve_key(system: Mapping[str, Any], input: Any) -> str:
     return StageKeys(system).retrieve(canonical_json(input))
 
 
-def generate_key(system: Mapping[str, Any], input: Any, context: Sequence[Any]) -> str:
-    return StageKeys(system).generate(canonical_json(input), context)
-
-
 def execution_key(system: Mapping[str, Any], input: Any) -> str:
     return StageKeys(system).execution(canonical_json(input))
 

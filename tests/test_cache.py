@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -309,22 +310,33 @@ def test_caches_unit(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ held writes, tracked keys, verdict bundles
 
 
-def test_held_writes_are_readable_at_once_and_committed_by_flush(tmp_path: Path) -> None:
-    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
-    try:
-        writer.hold_writes(max_entries=1000, max_age_s=3600)
-        with writer.batch():
-            writer.put("generate", "k", {"output": 1})
-        assert writer.get("generate", "k") == {"output": 1}  # from memory
-        assert other.get("generate", "k") is None  # not committed yet
-        writer.flush()
-        assert other.get("generate", "k") == {"output": 1}
-    finally:
-        writer.close(), other.close()
+@pytest.fixture
+def open_caches(tmp_path: Path) -> Iterator[Callable[[], Caches]]:
+    """Opens Caches on one directory, as separate processes would; closes them all afterwards."""
+    opened: list[Caches] = []
+
+    def open_one() -> Caches:
+        opened.append(Caches(tmp_path / "c"))
+        return opened[-1]
+
+    yield open_one
+    for caches in opened:
+        caches.close()
 
 
-def test_held_writes_commit_when_the_group_is_full_and_on_close(tmp_path: Path) -> None:
-    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
+def test_held_writes_are_readable_at_once_and_committed_by_flush(open_caches: Callable[[], Caches]) -> None:
+    writer, other = open_caches(), open_caches()
+    writer.hold_writes(max_entries=1000, max_age_s=3600)
+    with writer.batch():
+        writer.put("generate", "k", {"output": 1})
+    assert writer.get("generate", "k") == {"output": 1}  # from memory
+    assert other.get("generate", "k") is None  # not committed yet
+    writer.flush()
+    assert other.get("generate", "k") == {"output": 1}
+
+
+def test_held_writes_commit_when_the_group_is_full_and_on_close(open_caches: Callable[[], Caches]) -> None:
+    writer, other = open_caches(), open_caches()
     writer.hold_writes(max_entries=3, max_age_s=3600)
     for i in range(2):
         with writer.batch():
@@ -337,59 +349,45 @@ def test_held_writes_commit_when_the_group_is_full_and_on_close(tmp_path: Path) 
         writer.put("judgment", "k3", 3)
     writer.close()  # commits what is held
     assert other.get("judgment", "k3") == 3
-    other.close()
 
 
-def test_held_writes_commit_when_the_group_is_old(tmp_path: Path) -> None:
-    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
-    try:
-        writer.hold_writes(max_entries=1000, max_age_s=0.0)
+def test_held_writes_commit_when_the_group_is_old(open_caches: Callable[[], Caches]) -> None:
+    writer, other = open_caches(), open_caches()
+    writer.hold_writes(max_entries=1000, max_age_s=0.0)
+    with writer.batch():
+        writer.put("judgment", "k", 1)
+    assert other.get("judgment", "k") == 1
+
+
+def test_without_holding_each_outer_batch_commits(open_caches: Callable[[], Caches]) -> None:
+    writer, other = open_caches(), open_caches()
+    with writer.batch():
         with writer.batch():
             writer.put("judgment", "k", 1)
-        assert other.get("judgment", "k") == 1
-    finally:
-        writer.close(), other.close()
+        assert other.get("judgment", "k") is None  # the inner block joins the outer one
+    assert other.get("judgment", "k") == 1
 
 
-def test_without_holding_each_outer_batch_commits(tmp_path: Path) -> None:
-    writer, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
-    try:
-        with writer.batch():
-            with writer.batch():
-                writer.put("judgment", "k", 1)
-            assert other.get("judgment", "k") is None  # the inner block joins the outer one
-        assert other.get("judgment", "k") == 1
-    finally:
-        writer.close(), other.close()
+def test_tracked_keys_skip_absent_entries_and_see_their_own_writes(open_caches: Callable[[], Caches]) -> None:
+    open_caches().put("retrieve", "old", [1])
+    tracked, other = open_caches(), open_caches()
+    assert tracked.track_keys() is True
+    assert tracked.get("retrieve", "old") == [1]  # present when tracking started
+    other.put("retrieve", "late", [2])  # written by another process afterwards: not looked up
+    assert tracked.get("retrieve", "late") is None
+    tracked.put("retrieve", "mine", [3])
+    assert tracked.get("retrieve", "mine") == [3]
+    assert open_caches().get("retrieve", "late") == [2]  # an untracked reader sees it
 
 
-def test_tracked_keys_skip_absent_entries_and_see_their_own_writes(tmp_path: Path) -> None:
-    first = Caches(tmp_path / "c")
-    first.put("retrieve", "old", [1])
-    tracked, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
-    try:
-        assert tracked.track_keys() is True
-        assert tracked.get("retrieve", "old") == [1]  # present when tracking started
-        other.put("retrieve", "late", [2])  # written by another process afterwards: not looked up
-        assert tracked.get("retrieve", "late") is None
-        tracked.put("retrieve", "mine", [3])
-        assert tracked.get("retrieve", "mine") == [3]
-        assert Caches(tmp_path / "c").get("retrieve", "late") == [2]  # an untracked reader sees it
-    finally:
-        first.close(), tracked.close(), other.close()
-
-
-def test_keys_are_not_tracked_above_the_limit(tmp_path: Path) -> None:
-    caches, other = Caches(tmp_path / "c"), Caches(tmp_path / "c")
-    try:
-        for i in range(3):
-            caches.put("retrieve", f"k{i}", i)
-        assert caches.track_keys(limit=2) is False
-        other.put("retrieve", "late", 9)
-        assert caches.get("retrieve", "late") == 9
-        assert Caches(tmp_path / "off", CacheMode.OFF).track_keys() is False
-    finally:
-        caches.close(), other.close()
+def test_keys_are_not_tracked_above_the_limit(tmp_path: Path, open_caches: Callable[[], Caches]) -> None:
+    caches, other = open_caches(), open_caches()
+    for i in range(3):
+        caches.put("retrieve", f"k{i}", i)
+    assert caches.track_keys(limit=2) is False
+    other.put("retrieve", "late", 9)
+    assert caches.get("retrieve", "late") == 9
+    assert Caches(tmp_path / "off", CacheMode.OFF).track_keys() is False
 
 
 EVALUATORS = (
