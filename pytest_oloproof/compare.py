@@ -22,7 +22,7 @@ from typing import Any
 from . import stats
 from .aggregate import slice_value
 from .errors import OloproofError, StoreError
-from .identity import sha256_of
+from .identity import settings_identity, sha256_of
 from .policy import (
     INSUFFICIENT,
     JUDGE_NOT_VALIDATED,
@@ -114,7 +114,7 @@ def judge_gate(criterion: str, candidate_record: Mapping[str, Any], *, store: St
     for e in candidate_record.get("evaluators") or []:
         if e.get("criterion") != criterion or e.get("type") not in JUDGE_EVALUATOR_TYPES:
             continue
-        identity = "sha256:" + sha256_of(e.get("settings") or {})
+        identity = settings_identity(e.get("settings") or {})
         records: Iterable[Mapping[str, Any]] = store.iter_docs("judge_validation") if store is not None else ()
         return None if passing_validation(records, identity) is not None else JUDGE_NOT_VALIDATED
     return None

@@ -17,6 +17,7 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from .cases import Case
@@ -114,7 +115,6 @@ class Result:
     doc: dict[str, Any]
     doc_id: str | None
     lines: list[str]
-    gold_doc_id: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.doc_id, **self.doc}
@@ -220,6 +220,16 @@ def _label_counts(entries: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     return counts
 
 
+def _gold_tally(entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Diagnosed and recovered counts and the label counts of gold-context labels (UNSTABLE, NOT_DIAGNOSED aside)."""
+    labels = _label_counts(entries)
+    return {
+        "diagnosed": sum(1 for e in entries if e["label"] not in (UNSTABLE, NOT_DIAGNOSED)),
+        "recovered": sum(n for label, n in labels.items() if LABELS[label][1] == "intervention_recovery"),
+        "labels": labels,
+    }
+
+
 def implicated(counts: Mapping[str, int], recovered: int, diagnosed: int) -> list[dict[str, Any]]:
     """The factor(s) with the largest count, each with its share; never a cause."""
     present = [(label, counts.get(label, 0)) for label in LABELS if label in FACTORS and counts.get(label, 0)]
@@ -235,6 +245,11 @@ def implicated(counts: Mapping[str, int], recovered: int, diagnosed: int) -> lis
     return out
 
 
+def _undiagnosable_lines(doc: Mapping[str, Any]) -> list[str]:
+    ids = doc.get("undiagnosable") or []
+    return [f"Undiagnosable: {len(ids)} failed case(s) without gold context: {', '.join(ids)}"] if ids else []
+
+
 def build_gold_doc(
     base: Mapping[str, Any],
     entries: Sequence[Mapping[str, Any]],
@@ -243,12 +258,8 @@ def build_gold_doc(
 ) -> dict[str, Any]:
     """The oloproof.diagnosis/1 document of a gold-context diagnosis (no timestamps: equal inputs, equal id)."""
     entries = sorted(entries, key=lambda e: e["id"])
-    counts = _label_counts(entries)
-    unstable = sum(1 for e in entries if e["label"] == UNSTABLE)
-    not_diag = sum(1 for e in entries if e["label"] == NOT_DIAGNOSED)
-    diagnosed = len(entries) - unstable - not_diag
-    recovered = sum(n for label, n in counts.items() if LABELS[label][1] == "intervention_recovery")
-    imp = implicated(counts, recovered, diagnosed)
+    tally = _gold_tally(entries)
+    imp = implicated(tally["labels"], tally["recovered"], tally["diagnosed"])
     experiments = [{"factor": i["factor"], "experiment": x} for i in imp for x in FACTORS[i["label"]][1]]
     return {
         **base,
@@ -259,11 +270,9 @@ def build_gold_doc(
             "selected": len(entries),
             "undiagnosable": len(undiagnosable),
             "control_passed": sum(1 for e in entries if passed(e["control"])),
-            "unstable": unstable,
-            "not_diagnosed": not_diag,
-            "diagnosed": diagnosed,
-            "recovered": recovered,
-            "labels": counts,
+            "unstable": sum(1 for e in entries if e["label"] == UNSTABLE),
+            "not_diagnosed": sum(1 for e in entries if e["label"] == NOT_DIAGNOSED),
+            **tally,
         },
         "cases": list(entries),
         "implicated": imp,
@@ -288,8 +297,6 @@ def build_replay_doc(
     name = intervention["name"]
     counted = [e for e in entries if not e["unstable"] and e["label"] != NOT_DIAGNOSED]
     confirmable = [e for e in counted if e["label"] in CONFIRMS[name]]
-    gold_counted = [e for e in entries if e["label"] not in (UNSTABLE, NOT_DIAGNOSED)]
-    gold_counts = _label_counts(gold_counted)
     return {
         **base,
         "intervention": dict(intervention),
@@ -307,11 +314,7 @@ def build_replay_doc(
             "confirm_labels": list(CONFIRMS[name]),
             "confirmable": len(confirmable),
             "confirmed": sum(1 for e in confirmable if passed(e["replay"])),
-            "gold": {
-                "diagnosed": len(gold_counted),
-                "recovered": sum(n for lb, n in gold_counts.items() if LABELS[lb][1] == "intervention_recovery"),
-                "labels": gold_counts,
-            },
+            "gold": _gold_tally(entries),
         },
         "cases": list(entries),
         "child_runs": dict(child_runs),
@@ -339,9 +342,7 @@ def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
     """The diagnose output of SPEC §9, from the stored document alone."""
     c = doc["counts"]
     lines = [f"Selected: {c['selected']} failed cases with gold context (observed; no population claim)"]
-    if doc.get("undiagnosable"):
-        n = len(doc["undiagnosable"])
-        lines.append(f"Undiagnosable: {n} failed case(s) without gold context: {', '.join(doc['undiagnosable'])}")
+    lines += _undiagnosable_lines(doc)
     if not c["selected"] or doc_id is None:
         return lines
     lines.append(f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention")
@@ -405,9 +406,7 @@ def case_lines(doc: Mapping[str, Any]) -> list[str]:
                 tail = "not recovered"
             line += f"; under {title}: {tail}"
         lines.append(line)
-    if doc.get("undiagnosable"):
-        n = len(doc["undiagnosable"])
-        lines.append(f"Undiagnosable: {n} failed case(s) without gold context: {', '.join(doc['undiagnosable'])}")
+    lines += _undiagnosable_lines(doc)
     return lines
 
 
@@ -421,11 +420,13 @@ class _GoldSource:
     doc_id: str
     doc: dict[str, Any]
 
+    @cached_property
+    def _by_id(self) -> dict[str, Mapping[str, Any]]:
+        return {e["id"]: e for e in self.doc["cases"]}
+
     def entry(self, case_id: str) -> dict[str, Any]:
-        for e in self.doc["cases"]:
-            if e["id"] == case_id:
-                return {k: e[k] for k in _GOLD_KEYS}
-        raise KeyError(case_id)
+        e = self._by_id[case_id]  # KeyError for a case the stored diagnosis does not hold
+        return {k: e[k] for k in _GOLD_KEYS}
 
 
 _GOLD_KEYS = ("id", "label", "reason", "strength", "best_relevant_position", "original", "control", "intervention")
@@ -447,7 +448,6 @@ class Diagnoser:
             run = store.load_run(req.run)
         except StoreError as exc:
             raise DiagnosisError(f"cannot diagnose {req.run!r}: {exc}") from None
-        self.run = run
         self.run_id: str = run["run_id"]
         if run.get("status") != "complete":
             raise DiagnosisError(
@@ -517,14 +517,14 @@ class Diagnoser:
         self.unit = _relevance_unit(run) or self.ev.relevance_unit
         self.by_id: dict[str, dict[str, Any]] = {}
         self.failed_ids: list[str] = []
-        self.undiagnosable: list[str] = []
+        self.undiagnosable: set[str] = set()
         for rec in run.get("cases") or []:
             if not failed(value_of(rec, self.criterion)):
                 continue
             self.by_id[rec["id"]] = rec
             self.failed_ids.append(rec["id"])
             if not (rec.get("expected") or {}).get("gold_context"):
-                self.undiagnosable.append(rec["id"])
+                self.undiagnosable.add(rec["id"])
         self.gold: _GoldSource | None = None
         self._planned = False
         self.outcomes: dict[str, dict[str, Any]] = {}
@@ -737,18 +737,14 @@ class Diagnoser:
             assert gold_id is not None
             gold_doc = self.ev.store.load_doc("diagnosis", gold_id)
         if not self.is_replay():
-            return Result(gold_doc, gold_id, render(gold_doc, gold_id), gold_id)
+            return Result(gold_doc, gold_id, render(gold_doc, gold_id))
         children = {**gold_doc["child_runs"], "replay": child["replay"], "replay_control": child["replay_control"]}
         intervention = {"name": self.request.intervention, "settings": self.settings()}
         doc = build_replay_doc(
             base, intervention, [dict(o["entry"]) for o in done], undiagnosable, children, gold_id or "(incomplete)"
         )
         doc_id = self.ev.store.save_doc("diagnosis", doc) if complete else None
-        return Result(doc, doc_id, render(doc, doc_id) if doc_id else render(doc, "(not stored: interrupted)"), gold_id)
-
-    def close(self) -> None:
-        for recorder in self._recorders.values():
-            recorder.close()
+        return Result(doc, doc_id, render(doc, doc_id) if doc_id else render(doc, "(not stored: interrupted)"))
 
     # -- the whole diagnosis without pytest
 

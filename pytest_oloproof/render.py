@@ -61,14 +61,11 @@ def metrics_table(metrics: Mapping[str, Mapping[str, Any]], confidence: float) -
         return ["(no evaluators configured)"]
     header = ("criterion", "estimate", f"{confidence * 100:g}% interval", "accounting")
     lines = table(metric_rows(metrics), header)
-    lines += accounting_lines(metrics)
-    if any(m.get("clustered") for m in metrics.values()):
-        lines.append("Intervals resample whole clusters (metadata.cluster).")
-    return lines
+    return lines + accounting_lines(metrics)
 
 
 def accounting_lines(metrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Beneath the table: exclusion and missing reasons with counts, and why an interval fell back."""
+    """Beneath the table: exclusion and missing reasons with counts, why an interval fell back, clustering."""
     lines = []
     for name, m in metrics.items():
         for label, reasons in (("excluded", m.get("excluded_reasons")), ("missing", m.get("missing_reasons"))):
@@ -77,6 +74,8 @@ def accounting_lines(metrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
                 lines.append(f"{name}: {label} — {parts}")
         if m.get("note") and m.get("observed"):
             lines.append(f"{name}: interval {m.get('method')} ({m['note']})")
+    if any(m.get("clustered") for m in metrics.values()):
+        lines.append("Intervals resample whole clusters (metadata.cluster).")
     return lines
 
 
@@ -158,8 +157,6 @@ def markdown_summary(record: Mapping[str, Any]) -> str:
         out.append(f"| {name} | {est} | {iv} | {acc} |")
     out.append("")
     notes = accounting_lines(record.get("metrics") or {})
-    if any(m.get("clustered") for m in (record.get("metrics") or {}).values()):
-        notes.append("Intervals resample whole clusters (metadata.cluster).")
     if notes:
         out += [f"- {line}" for line in notes] + [""]
     out += [f"`{line}`  " for line in cache_lines(record["cache"])]
