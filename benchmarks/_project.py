@@ -123,6 +123,18 @@ _MEASURE = (
 )
 
 
+def pytest_env() -> dict[str, str]:
+    """The environment every benchmarked pytest runs in (no .pyc writes, no user PYTEST_ADDOPTS)."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env.pop("PYTEST_ADDOPTS", None)
+    return env
+
+
+def pytest_command(*args: str) -> list[str]:
+    """`python -m pytest -q -p no:cacheprovider args`: the command every benchmark times."""
+    return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+
+
 def run_pytest(cwd: Path, *args: str) -> tuple[float, int, float]:
     """(wall seconds, exit code, peak RSS MiB) of `python -m pytest args` in cwd; see `run_pytest_cpu`."""
     wall, code, rss, _ = run_pytest_cpu(cwd, *args)
@@ -136,13 +148,11 @@ def run_pytest_cpu(cwd: Path, *args: str) -> tuple[float, int, float, float]:
     are then exactly that child's. CPU time (user + system) varies less than wall
     time on a shared virtual machine.
     """
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-    env.pop("PYTEST_ADDOPTS", None)
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-c", _MEASURE, sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        [sys.executable, "-c", _MEASURE, *pytest_command(*args)],
         cwd=cwd,
-        env=env,
+        env=pytest_env(),
         capture_output=True,
         text=True,
     )

@@ -15,7 +15,6 @@ runs that finished inside it, and the median over rounds is reported.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -27,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _project import make_bare, make_project, run_pytest_cpu
+from _project import make_bare, make_project, pytest_command, pytest_env, run_pytest_cpu
 
 TARGETS = {"cold": 2.0, "warm": 1.5}
 
@@ -56,9 +55,7 @@ def main() -> None:
         def bare_beside(stop: threading.Event) -> list[float]:
             """Bare runs back to back until `stop`; the one cut short is not counted."""
             done: list[float] = []
-            env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
-            env.pop("PYTEST_ADDOPTS", None)
-            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:oloproof"]
+            cmd, env = pytest_command("-p", "no:oloproof"), pytest_env()
             while not stop.is_set():
                 t0 = time.perf_counter()
                 proc = subprocess.Popen(cmd, cwd=root / "bare", env=env, stdout=subprocess.DEVNULL)

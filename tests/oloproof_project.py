@@ -61,15 +61,13 @@ def make_project(
     evaluators: Sequence[Mapping[str, Any]],
     *,
     extra: str = "",
-    system: str = RAG_SYSTEM,
-    rag: bool = True,
 ) -> str:
     """Write the system module, cases.jsonl and oloproof.yaml; return the system module name."""
     mod = module_name(pytester)
-    pytester.makepyfile(**{mod: system})
+    pytester.makepyfile(**{mod: RAG_SYSTEM})
     pytester.makefile(".jsonl", cases="\n".join(json.dumps(c) for c in cases) + "\n")
     evs = "\n".join(f"  - {json.dumps(e)}" for e in evaluators) or "  []"
-    sysblock = f"  rag:\n    object: {mod}:Mini\n" if rag else f"  name: plain\n  object: {mod}:answer\n"
+    sysblock = f"  rag:\n    object: {mod}:Mini\n"
     pytester.makefile(
         ".yaml",
         oloproof=f"system:\n{sysblock}cases: cases.jsonl\nevaluators:\n{evs}\nstore: .oloproof\n{extra}",

@@ -34,9 +34,11 @@ class Project:
         pytester.makefile(".jsonl", cases=cases_text(cases or CASES))
         self.configure()
 
-    def configure(self, **changes: Any) -> None:
+    evaluators: str | None = None  # the evaluators: block; None is config_text's default
+
+    def configure(self, evaluators: str | None = None, **changes: Any) -> None:
         rag = {k: v for k, v in {**SETTINGS, **changes}.items() if k != "name"}
-        text = config_text(self.module, rag=rag, name=SETTINGS["name"])
+        text = config_text(self.module, rag=rag, name=SETTINGS["name"], evaluators=evaluators or self.evaluators)
         self.pytester.makefile(".yaml", oloproof=text)
 
     def run(self, *args: str) -> tuple[pytest.RunResult, dict[str, Any], Counter[str]]:
@@ -401,11 +403,15 @@ EVALUATORS = (
 class BundleProject(Project):
     """Three evaluators, so a bundle covers several verdicts."""
 
-    def configure(self, **changes: Any) -> None:
-        evaluators = changes.pop("evaluators", EVALUATORS)
-        rag = {k: v for k, v in {**SETTINGS, **changes}.items() if k != "name"}
-        text = config_text(self.module, rag=rag, name=SETTINGS["name"], evaluators=evaluators)
-        self.pytester.makefile(".yaml", oloproof=text)
+    evaluators = EVALUATORS
+
+
+def drop_entries(p: Project, prefix: str) -> None:
+    """Delete the cache entries whose key starts with `prefix` (e.g. every single verdict)."""
+    with diskcache.Cache(str(p.cache_dir)) as raw:
+        for k in list(raw.iterkeys()):
+            if str(k).startswith(prefix):
+                del raw[k]
 
 
 def bundle_cases() -> list[dict[str, Any]]:
@@ -427,10 +433,7 @@ def test_an_unchanged_case_reuses_all_its_verdicts_from_one_bundle(pytester: pyt
         for line in (run / "cases.jsonl").read_text().splitlines():
             assert not {"verdicts", "_execution_entry"} & set(json.loads(line))
     # served by the bundles alone: the single verdicts are gone
-    with diskcache.Cache(str(p.cache_dir)) as raw:
-        for k in list(raw.iterkeys()):
-            if str(k).startswith("judgment:"):
-                del raw[k]
+    drop_entries(p, "judgment:")
     _, warm, _ = p.run()
     assert counts(warm, "judgment") == (9, 0)
     assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}
@@ -451,10 +454,7 @@ def test_changing_one_evaluator_re_judges_only_its_criterion(pytester: pytest.Py
     # the entry now holds a bundle for each set of evaluators, so going back is one lookup again
     assert all(len(e["verdicts"]) == 2 for e in execution_entries(p).values())
     p.configure()
-    with diskcache.Cache(str(p.cache_dir)) as raw:
-        for k in list(raw.iterkeys()):
-            if str(k).startswith("judgment:"):
-                del raw[k]
+    drop_entries(p, "judgment:")
     _, record, _ = p.run()
     assert counts(record, "judgment") == (9, 0)
 

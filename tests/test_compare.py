@@ -96,11 +96,9 @@ def store(tmp_path: Path) -> Store:
 
 
 def compare_ids(
-    store: Store, cand: Mapping[str, Any], base: Mapping[str, Any], policy: Path | None = None, **kw: Any
+    store: Store, cand: Mapping[str, Any], base: Mapping[str, Any], policy: Path | None = None
 ) -> tuple[str, dict[str, Any]]:
-    c = make_run(store, cand, **kw.get("cand_kw", {}))
-    b = make_run(store, base, **kw.get("base_kw", {}))
-    return run_comparison(store, c, b, policy)
+    return run_comparison(store, make_run(store, cand), make_run(store, base), policy)
 
 
 # ------------------------------------------------------------------ pairing and accounting
