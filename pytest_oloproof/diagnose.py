@@ -527,6 +527,7 @@ class Diagnoser:
                 self.undiagnosable.add(rec["id"])
         self.gold: _GoldSource | None = None
         self._planned = False
+        self._selected: list[str] = []
         self.outcomes: dict[str, dict[str, Any]] = {}
         self._recorders: dict[str, RunRecorder] = {}
 
@@ -581,6 +582,7 @@ class Diagnoser:
         if not self.request.fresh and selected:
             self.gold = self.find_gold(selected, exact=not self.is_replay())
         self._planned = True
+        self._selected = selected
         return selected
 
     def find_gold(self, selected: Sequence[str], *, exact: bool) -> _GoldSource | None:
@@ -749,8 +751,8 @@ class Diagnoser:
     # -- the whole diagnosis without pytest
 
     def run_all(self, concurrency: int = 1) -> Result:
-        """Select, execute every case (threads when concurrency > 1), record, finish."""
-        selected = self.select()
+        """Select (unless already selected), execute every case (threads when concurrency > 1), record, finish."""
+        selected = self._selected if self._planned else self.select()
         ids = [i for i in self.failed_ids if i in selected or i in self.undiagnosable]
         try:
             if concurrency > 1 and len(ids) > 1:

@@ -69,7 +69,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     try:
         diagnoser = Diagnoser(ev, request, warn=_warn)
         if diagnoser.is_replay() and not request.fresh:
-            if diagnoser.find_gold(diagnoser.selectable, exact=False) is None and diagnoser.selectable:
+            if diagnoser.select() and diagnoser.gold is None:  # run_all keeps this selection: one store scan
                 sys.stderr.write(
                     f"oloproof: no gold-context diagnosis of {diagnoser.run_id} for {diagnoser.criterion} yet; "
                     "running it first\n"
