@@ -35,6 +35,9 @@ PLUGIN_NAME = "oloproof-session"
 EXIT_BLOCK = 3
 EXIT_USAGE = 2
 EXIT_INTERNAL = 4
+#: Sessions with at least this many case items commit their cache writes from a child process
+#: (a process start is not worth it for fewer).
+BACKGROUND_WRITER_MIN_ITEMS = 1000
 
 
 # ------------------------------------------------------------------ options
@@ -508,7 +511,8 @@ class OloproofPlugin:
             return
         # this process alone runs these cases: commit cache writes in groups, skip lookups of absent keys
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
-        ev.caches.hold_writes()
+        # a long session also hands the groups to a writer process, so SQLite commits run on another core
+        ev.caches.hold_writes(background=len(items) >= BACKGROUND_WRITER_MIN_ITEMS)
         ev.caches.track_keys()
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
@@ -672,12 +676,17 @@ class OloproofPlugin:
             self._sessionfinish(session, exitstatus)
         finally:
             if self.evaluation is not None:
+                caches = self.evaluation.caches
                 try:
-                    self.evaluation.caches.flush()  # held cache writes, before anything else may read them
+                    caches.flush()  # held cache writes, before anything else may read them
                 except Exception as exc:  # the run is recorded; only later runs' reuse of these entries is lost
                     self.summary_lines.append(
                         f"warning: the last cache writes could not be committed ({type(exc).__name__}: {exc}); "
                         "the next run recomputes those stages"
+                    )
+                if caches.writer_error:  # recovered: this process committed what the writer left
+                    self.summary_lines.append(
+                        f"warning: {caches.writer_error}; this process committed the cache writes it had left"
                     )
 
     def _sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:

@@ -38,6 +38,44 @@ class Mini:
 """
 
 
+# A conftest.py that watches a session from inside: it sets the item count from which the session
+# commits through a writer process (so a small test session can use one), notes each writer's pid
+# in writer.pids, and the collector's frozen-object count during the first item and once pytest
+# has finished with the session in gc.json.
+PROBE_CONFTEST = """
+import gc, json
+
+import pytest_oloproof.cachewriter as cachewriter
+import pytest_oloproof.plugin as plugin
+
+plugin.BACKGROUND_WRITER_MIN_ITEMS = {min_items}
+_start = cachewriter.BackgroundWriter.__init__
+_seen = {{}}
+
+
+def _noted(self, directory):
+    _start(self, directory)
+    with open("writer.pids", "a") as f:
+        f.write(str(self.proc.pid) + "\\n")
+
+
+cachewriter.BackgroundWriter.__init__ = _noted
+
+
+def pytest_runtest_call(item):
+    _seen.setdefault("during", gc.get_freeze_count())
+
+
+def pytest_configure(config):
+    def done():  # runs after every cleanup registered later, Oloproof's included
+        _seen["after"] = gc.get_freeze_count()
+        with open("gc.json", "w") as f:
+            json.dump(_seen, f)
+
+    config.add_cleanup(done)
+"""
+
+
 def module_name(pytester: pytest.Pytester, stem: str = "sys") -> str:
     """A module name unique to this test, since in-process runs share sys.modules."""
     tail = re.sub(r"\W", "_", pytester.path.name)

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from oloproof_project import PROBE_CONFTEST
 
 N_CASES = 30
 
@@ -33,8 +34,10 @@ class System:
 """
 
 
-def make_project(root: Path, concurrency: int) -> None:
+def make_project(root: Path, concurrency: int, writer: bool = False) -> None:
     (root / "sleepy_app.py").write_text(SYSTEM)
+    if writer:
+        (root / "conftest.py").write_text(PROBE_CONFTEST.format(min_items=1))
     with (root / "cases.jsonl").open("w") as f:
         for i in range(N_CASES):
             f.write(json.dumps({"id": f"c{i:02d}", "input": {"q": f"q{i}"}, "expected": {"answer": "yes"}}) + "\n")
@@ -75,12 +78,14 @@ def recorded_lines(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("signum", "concurrency"), [(signal.SIGINT, 1), (signal.SIGTERM, 4)], ids=["sigint", "sigterm"]
+    ("signum", "concurrency", "writer"),
+    [(signal.SIGINT, 1, False), (signal.SIGTERM, 4, False), (signal.SIGINT, 1, True)],
+    ids=["sigint", "sigterm", "sigint-writer-process"],
 )
 def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
-    tmp_path: Path, signum: int, concurrency: int
+    tmp_path: Path, signum: int, concurrency: int, writer: bool
 ) -> None:
-    make_project(tmp_path, concurrency)
+    make_project(tmp_path, concurrency, writer)
     proc = oloproof_run(tmp_path, slow=True)
     deadline = time.monotonic() + 60
     while len(recorded_lines(tmp_path)) < 3:
@@ -112,3 +117,9 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     assert stages, out2
     assert int(stages[1]) + int(stages[2]) == N_CASES - finished
     assert int(stages[3]) == 0  # an interrupted generate never left an entry
+    if writer:  # each run committed through its own writer process, which then exited
+        pids = [int(x) for x in (tmp_path / "writer.pids").read_text().split()]
+        assert len(pids) == 2
+        for pid in pids:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
