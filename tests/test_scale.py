@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from oloproof_project import PROBE_CONFTEST
 
 from pytest_oloproof import Passage, Retrieval, Transient
 from pytest_oloproof.cache import Caches
 from pytest_oloproof.cases import Case
 from pytest_oloproof.execute import Engine, ResolvedSystem, _Gate
 from pytest_oloproof.identity import execution_key, retrieve_key
+from pytest_oloproof.plugin import BACKGROUND_WRITER_MIN_ITEMS, GC_FREEZE_MIN_ITEMS
 from pytest_oloproof.prefetch import Prefetcher, Progress, ProgressDisplay
 
 # ------------------------------------------------------------------ engine-level helpers
@@ -460,3 +464,48 @@ def test_concurrency_1_and_16_give_identical_records(pytester: pytest.Pytester) 
     assert len(one["cases"]) == 60
     assert any(c["error"] for c in one["cases"]) and any(c["context_truncated"] for c in one["cases"])
     assert_same(one, many)
+
+
+# ------------------------------------------------------------------ long sessions
+
+PLAIN_SYSTEM = """
+from pytest_oloproof import Passage, Retrieval, rag_system
+
+
+@rag_system(name="plain-rag", version="1", depth=2, top_k=2, index_version="i1")
+class System:
+    def retrieve(self, input, depth):
+        return Retrieval(query=input["q"], depth=depth, candidates=(Passage("d1", 1.0, "one " + input["q"]),))
+
+    def generate(self, input, context):
+        return {"answer": "yes " + input["q"]}
+"""
+
+
+def test_a_long_session_freezes_what_it_collected_and_commits_through_a_writer_process(
+    pytester: pytest.Pytester,
+) -> None:
+    n = max(BACKGROUND_WRITER_MIN_ITEMS, GC_FREEZE_MIN_ITEMS)
+    write_project(pytester.path, f"plain_{uuid.uuid4().hex[:8]}", PLAIN_SYSTEM, n)
+    pytester.makeconftest(PROBE_CONFTEST.format(min_items=BACKGROUND_WRITER_MIN_ITEMS))
+    pids = pytester.path / "writer.pids"
+
+    def run(*args: str) -> tuple[pytest.RunResult, dict[str, int], list[int]]:
+        pids.unlink(missing_ok=True)
+        result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly", *args)
+        seen = json.loads((pytester.path / "gc.json").read_text())
+        return result, seen, [int(p) for p in pids.read_text().split()] if pids.exists() else []
+
+    result, seen, writers = run()
+    result.assert_outcomes(passed=n)
+    assert seen["during"] > 0 and seen["after"] == 0  # frozen while the cases ran, released at the end
+    assert len(writers) == 1  # one writer process for the whole session, gone with it
+    with pytest.raises(ProcessLookupError):
+        os.kill(writers[0], 0)
+
+    result, seen, writers = run()  # everything the writer committed is there for the next run
+    assert re.search(rf"Cache: execution {n} hit/0 miss; judgment {n} hit/0 miss", result.stdout.str())
+
+    result, seen, writers = run("-k", "c000 or c001", "--oloproof-cache=refresh")  # a short session: neither
+    result.assert_outcomes(passed=2)
+    assert seen == {"during": 0, "after": 0} and writers == []
