@@ -178,3 +178,36 @@ def cache_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]
         counts["judgment"]["hit"] += int(j.get("hit", 0))
         counts["judgment"]["miss"] += int(j.get("miss", 0))
     return counts
+
+
+def summary_settings(header: Mapping[str, Any]) -> dict[str, Any]:
+    """What a run's summary depends on besides its cases (plain JSON, so a stats worker can take it)."""
+    return {
+        "criteria": [[e["criterion"], e["kind"]] for e in header.get("evaluators", [])],
+        "confidence": float(header.get("confidence", 0.95)),
+        "seed": int(header.get("seed", 0)),
+        "slices": list(header.get("slices", [])),
+        "min_slice_support": int(header.get("min_slice_support", 5)),
+    }
+
+
+def summarize_run(cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Metrics, slices, cache counts and counts of a run's (slim) case summaries."""
+    criteria = [(name, kind) for name, kind in settings["criteria"]]
+    conf, seed = settings["confidence"], settings["seed"]
+    ordered = sorted(cases, key=lambda c: c["id"])
+    metrics = compute_metrics(ordered, criteria, confidence=conf, seed=seed)
+    return {
+        "metrics": metrics,
+        "slices": compute_slices(
+            ordered,
+            settings["slices"],
+            criteria,
+            min_support=settings["min_slice_support"],
+            confidence=conf,
+            seed=seed,
+            kinds={name: m["kind"] for name, m in metrics.items()},
+        ),
+        "cache": cache_counts(cases),
+        "counts": {"cases": len(cases), "errors": sum(1 for c in cases if c.get("error"))},
+    }

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever
     from .evaluators.base import Evaluator
     from .evaluators.registry import Registry
     from .runner import Evaluation, RunRecorder
+    from .statsworker import StatsWorker
 
 PLUGIN_KEY = pytest.StashKey["OloproofPlugin"]()
 PLUGIN_NAME = "oloproof-session"
@@ -37,9 +38,11 @@ EXIT_BLOCK = 3
 EXIT_USAGE = 2
 EXIT_INTERNAL = 4
 #: Sessions with at least this many case items freeze the collector's view of what collection built,
-#: and commit their cache writes from a child process (a process start is not worth it for fewer).
+#: commit their cache writes from a child process, and import scipy.stats in another (a process start
+#: is not worth it for fewer).
 GC_FREEZE_MIN_ITEMS = 1000
 BACKGROUND_WRITER_MIN_ITEMS = 1000
+STATS_WORKER_MIN_ITEMS = 1000
 
 
 # ------------------------------------------------------------------ options
@@ -269,6 +272,7 @@ class OloproofPlugin:
         self.interrupted = False
         self.items_selected = 0
         self._gc_frozen = False
+        self.stats_worker: StatsWorker | None = None
         self.gate_exit: int | None = None
         self.gate: Any = None  # compare.SessionGate when --oloproof-baseline is given
         self.summary_lines: list[str] = []
@@ -526,6 +530,13 @@ class OloproofPlugin:
         # a long session also hands the groups to a writer process, so SQLite commits run on another core
         ev.caches.hold_writes(background=len(items) >= BACKGROUND_WRITER_MIN_ITEMS)
         ev.caches.track_keys()
+        if len(items) >= STATS_WORKER_MIN_ITEMS:
+            from .statsworker import StatsWorker
+
+            try:
+                self.stats_worker = StatsWorker()  # imports scipy.stats on another core while the cases run
+            except OSError:
+                self.stats_worker = None  # the summary is computed here, as for a short session
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
             from .prefetch import Prefetcher
@@ -719,6 +730,7 @@ class OloproofPlugin:
         complete = not interrupted and len(self.recorder.cases) >= self.items_selected
         # the evaluators actually used (conftest overrides and additions), so the run
         # record and its metrics describe what ran, not only what was configured
+        self.recorder.stats_worker, self.stats_worker = self.stats_worker, None
         record = self.recorder.finish(
             "complete" if complete else "incomplete", {"evaluators": self.recorder.header["evaluators"]}
         )
@@ -789,6 +801,9 @@ class OloproofPlugin:
             self._gc_frozen = False
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.stats_worker is not None:  # never asked (no case was recorded)
+            self.stats_worker.close()
+            self.stats_worker = None
         if getattr(self, "_sigterm_installed", False):  # in-process sessions (pytest.main) must not leak it
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -7,10 +7,10 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import __version__
-from .aggregate import cache_counts, compute_metrics, compute_slices
+from .aggregate import summarize_run, summary_settings
 from .cache import CacheMode, Caches
 from .cases import Case, load_cases
 from .config import LoadedConfig, load_config
@@ -21,6 +21,9 @@ from .evaluators.registry import Registry
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
 from .identity import settings_identity
 from .store import RunWriter, Store, new_run_id, write_json_stream
+
+if TYPE_CHECKING:
+    from .statsworker import StatsWorker
 
 
 def now_iso() -> str:
@@ -266,6 +269,8 @@ class RunRecorder:
         self.header = dict(header)
         self.cases: list[dict[str, Any]] = []
         self._writer: RunWriter | None = None
+        #: a child process that imported scipy.stats while the run went on (long sessions); used once
+        self.stats_worker: StatsWorker | None = None
 
     def _open(self) -> RunWriter:
         if self._writer is None:
@@ -277,29 +282,14 @@ class RunRecorder:
         self.cases.append(slim_case(rec))
 
     def summarize(self) -> dict[str, Any]:
-        """Metrics, slices and cache counts for the cases recorded so far."""
-        criteria = [(e["criterion"], e["kind"]) for e in self.header.get("evaluators", [])]
-        conf = float(self.header.get("confidence", 0.95))
-        seed = int(self.header.get("seed", 0))
-        ordered = sorted(self.cases, key=lambda c: c["id"])
-        metrics = compute_metrics(ordered, criteria, confidence=conf, seed=seed)
-        return {
-            "metrics": metrics,
-            "slices": compute_slices(
-                ordered,
-                self.header.get("slices", []),
-                criteria,
-                min_support=int(self.header.get("min_slice_support", 5)),
-                confidence=conf,
-                seed=seed,
-                kinds={name: m["kind"] for name, m in metrics.items()},
-            ),
-            "cache": cache_counts(self.cases),
-            "counts": {
-                "cases": len(self.cases),
-                "errors": sum(1 for c in self.cases if c.get("error")),
-            },
-        }
+        """Metrics, slices and cache counts for the cases recorded so far (by the stats worker, if given one)."""
+        settings = summary_settings(self.header)
+        if self.stats_worker is not None:
+            worker, self.stats_worker = self.stats_worker, None
+            result = worker.summarize(self.cases, settings)
+            if result is not None:
+                return result
+        return summarize_run(self.cases, settings)
 
     def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
@@ -330,6 +320,9 @@ class RunRecorder:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+        if self.stats_worker is not None:  # handed over but never asked
+            self.stats_worker.close()
+            self.stats_worker = None
 
 
 def run_cases(

@@ -38,28 +38,34 @@ class Mini:
 """
 
 
-# A conftest.py that watches a session from inside: it sets the item count from which the session
-# commits through a writer process (so a small test session can use one), notes each writer's pid
-# in writer.pids, and the collector's frozen-object count during the first item and once pytest
-# has finished with the session in gc.json.
+# A conftest.py that watches a session from inside. It sets the item count from which the session
+# commits through a writer process (so a small test session can use one); notes the pid of each
+# writer and stats worker in writer.pids ("writer 123", "stats 124"); and writes to gc.json the
+# collector's frozen-object count during the first item and once pytest is done with the session.
 PROBE_CONFTEST = """
 import gc, json
 
 import pytest_oloproof.cachewriter as cachewriter
 import pytest_oloproof.plugin as plugin
+import pytest_oloproof.statsworker as statsworker
 
 plugin.BACKGROUND_WRITER_MIN_ITEMS = {min_items}
-_start = cachewriter.BackgroundWriter.__init__
 _seen = {{}}
 
 
-def _noted(self, directory):
-    _start(self, directory)
-    with open("writer.pids", "a") as f:
-        f.write(str(self.proc.pid) + "\\n")
+def _noting(cls, kind):
+    start = cls.__init__
+
+    def noted(self, *args):
+        start(self, *args)
+        with open("writer.pids", "a") as f:
+            f.write(kind + " " + str(self.proc.pid) + "\\n")
+
+    cls.__init__ = noted
 
 
-cachewriter.BackgroundWriter.__init__ = _noted
+_noting(cachewriter.BackgroundWriter, "writer")
+_noting(statsworker.StatsWorker, "stats")
 
 
 def pytest_runtest_call(item):

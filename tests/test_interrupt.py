@@ -118,7 +118,8 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     assert int(stages[1]) + int(stages[2]) == N_CASES - finished
     assert int(stages[3]) == 0  # an interrupted generate never left an entry
     if writer:  # each run committed through its own writer process, which then exited
-        pids = [int(x) for x in (tmp_path / "writer.pids").read_text().split()]
+        noted = [line.split() for line in (tmp_path / "writer.pids").read_text().splitlines()]
+        pids = [int(pid) for kind, pid in noted if kind == "writer"]
         assert len(pids) == 2
         for pid in pids:
             with pytest.raises(ProcessLookupError):
