@@ -234,7 +234,8 @@ class Caches:
                 max_entries, max_age = self._hold
                 if len(self._pending) < max_entries and time.monotonic() - self._pending_since < max_age:
                     return
-            if self._background and self._pending:
+            if self._background and self._pending and not (force and self._writer is None):
+                # (a last group with no writer yet is committed here: not worth starting one for it)
                 writer = self._start_writer()
                 if writer is not None and writer.send(self._pending):
                     self._pending = {}  # readable from the writer's in-flight groups until acknowledged

@@ -8,8 +8,8 @@ session commits whatever was not acknowledged itself.
 
 Protocol: parent -> child, frames of a 4-byte big-endian length and
 `orjson([seq, [[key, text], ...]])`; child -> parent, one line per frame,
-`ok <seq>` or `error <seq> <message>` (the child then exits). End of input:
-the child closes the cache and exits 0.
+`ok <seq>` or `error <seq> <message>` (the child then exits). An empty frame,
+or the end of its input, and the child closes the cache and exits 0.
 """
 
 from __future__ import annotations
@@ -31,18 +31,9 @@ class BackgroundWriter:
     """The parent's side: sends groups, tracks which are not yet acknowledged."""
 
     def __init__(self, directory: Path) -> None:
-        # this very package, wherever the session found it (appended: never ahead of the standard library)
-        boot = (
-            f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
-            "from pytest_oloproof.cachewriter import main; sys.exit(main())"
-        )
-        self.proc = subprocess.Popen(
-            [sys.executable, "-c", boot, str(directory)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C goes to the session alone, which then flushes through us
-        )
+        from .helperproc import spawn
+
+        self.proc = spawn("cachewriter", str(directory))
         self._seq = 0
         self._inflight: dict[int, dict[str, str]] = {}  # seq -> group, sent and not acknowledged
         self._cond = threading.Condition()
@@ -79,6 +70,10 @@ class BackgroundWriter:
             with self._cond:
                 self._inflight.pop(seq, None)
             return False
+        except BaseException:  # Ctrl-C mid-frame: the pipe's framing is lost, so is this writer
+            self._fail("the cache writer was stopped by an interruption while taking a group")
+            self.proc.kill()  # the group stays in flight: the session takes it back and commits it
+            raise
         return True
 
     def drain(self, timeout_s: float = 120.0) -> list[dict[str, str]]:
@@ -92,11 +87,13 @@ class BackgroundWriter:
             return left
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """End the child's input and wait for it to finish what it has."""
+        """Tell the child there is no more (an empty frame, then the end of its input); wait for it to finish."""
         try:
             if self.proc.stdin is not None:
+                if self.proc.poll() is None:
+                    self.proc.stdin.write(_HEADER.pack(0))
                 self.proc.stdin.close()
-        except OSError:
+        except (OSError, ValueError):
             pass
         try:
             self.proc.wait(timeout=timeout_s)
@@ -153,8 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         while True:
             header = _read_exactly(stdin, _HEADER.size)
-            if header is None:
-                return 0
+            if header is None or _HEADER.unpack(header)[0] == 0:
+                return 0  # the end: the session closed our input or said there is no more
             payload = _read_exactly(stdin, _HEADER.unpack(header)[0])
             if payload is None:
                 return 0  # the parent died mid-frame: that group is not acknowledged, so not relied on

@@ -511,10 +511,11 @@ class OloproofPlugin:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         items = [i for i in session.items if isinstance(i, CaseItem)]
         self.items_selected = len(items)
-        if len(items) >= GC_FREEZE_MIN_ITEMS and not self._gc_frozen:
+        if len(items) >= GC_FREEZE_MIN_ITEMS and not self._gc_frozen and gc.get_freeze_count() == 0:
             # the collected items, cases and modules live until the session ends: move them out of
             # the cyclic collector's sight, so its full passes during the run do not rescan them
-            # (about a twentieth of a 10,000-case run); undone by unfreeze_gc, once pytest is done
+            # (about a twentieth of a 10,000-case run); undone by unfreeze_gc, once pytest is done.
+            # Not when the host process froze objects itself: unfreezing would release those too.
             gc.freeze()
             self._gc_frozen = True
         if self.evaluation is not None:

@@ -3,8 +3,8 @@
 Importing scipy.stats takes most of a second, all of it spent at the end of a
 session that computes intervals. A session of many cases starts this process
 when collection is done; it imports scipy on another core while the cases run,
-then waits for one request on stdin (the slim case summaries and the summary
-settings, as JSON) and answers with `aggregate.summarize_run` of them, the same
+then waits for one request on stdin (its length, then the slim case summaries
+and the summary settings as JSON) and answers with `aggregate.summarize_run` of them, the same
 function the session would run itself. Any failure makes the session compute
 the summary itself, as it would without a worker.
 """
@@ -12,30 +12,24 @@ the summary itself, as it would without a worker.
 from __future__ import annotations
 
 import signal
+import struct
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import orjson
+
+_HEADER = struct.Struct(">Q")  # the request's length, then the request
 
 
 class StatsWorker:
     """The session's side: one request, one answer."""
 
     def __init__(self) -> None:
-        boot = (
-            f"import sys; sys.path.append({str(Path(__file__).resolve().parent.parent)!r}); "
-            "from pytest_oloproof.statsworker import main; sys.exit(main())"
-        )
-        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-c", boot],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # Ctrl-C goes to the session alone
-        )
+        from .helperproc import spawn
+
+        self.proc: subprocess.Popen[bytes] | None = spawn("statsworker")
 
     def summarize(
         self, cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any], timeout_s: float = 600.0
@@ -46,14 +40,16 @@ class StatsWorker:
             return None
         try:
             request = orjson.dumps({"cases": cases, "settings": settings}, option=orjson.OPT_NON_STR_KEYS)
-            out, _ = proc.communicate(request, timeout=timeout_s)
+            out, _ = proc.communicate(_HEADER.pack(len(request)) + request, timeout=timeout_s)
             if proc.returncode != 0:
                 return None
             result: dict[str, Any] = orjson.loads(out)
             return result
-        except (OSError, ValueError, TypeError, subprocess.SubprocessError):
+        except BaseException as exc:  # an error, a timeout or Ctrl-C: the worker goes, the session goes on
             _stop(proc)
-            return None
+            if isinstance(exc, Exception):
+                return None
+            raise
 
     def close(self) -> None:
         """Stop a worker that was never asked."""
@@ -80,9 +76,13 @@ def main() -> int:
 
     from .aggregate import summarize_run
 
-    data = sys.stdin.buffer.read()
-    if not data:
+    header = sys.stdin.buffer.read(_HEADER.size)
+    if len(header) < _HEADER.size:
         return 1  # the session ended without asking
+    (size,) = _HEADER.unpack(header)
+    data = sys.stdin.buffer.read(size)  # exactly the request: no need to wait for the end of input
+    if len(data) < size:
+        return 1
     request = orjson.loads(data)
     result = summarize_run(request["cases"], request["settings"])
     sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS))

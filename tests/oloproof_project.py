@@ -40,7 +40,8 @@ class Mini:
 
 # A conftest.py that watches a session from inside. It sets the item count from which the session
 # commits through a writer process (so a small test session can use one); notes the pid of each
-# writer and stats worker in writer.pids ("writer 123", "stats 124"); and writes to gc.json the
+# writer and stats worker in writer.pids ("writer 123", "stats 124"), and whether the stats worker
+# answered ("stats-answered 1"); and writes to gc.json the
 # collector's frozen-object count during the first item and once pytest is done with the session.
 PROBE_CONFTEST = """
 import gc, json
@@ -66,6 +67,17 @@ def _noting(cls, kind):
 
 _noting(cachewriter.BackgroundWriter, "writer")
 _noting(statsworker.StatsWorker, "stats")
+_summarize = statsworker.StatsWorker.summarize
+
+
+def _answered(self, *args, **kwargs):
+    result = _summarize(self, *args, **kwargs)
+    with open("writer.pids", "a") as f:
+        f.write("stats-answered " + str(int(result is not None)) + "\\n")
+    return result
+
+
+statsworker.StatsWorker.summarize = _answered
 
 
 def pytest_runtest_call(item):

@@ -444,13 +444,34 @@ def test_groups_a_dead_writer_left_are_committed_by_the_session(open_caches: Cal
     assert writer.get("retrieve", "b1") == 1  # in flight, readable from memory
     os.kill(child.proc.pid, signal.SIGKILL)
     child.proc.wait()
-    for i in range(3):  # the session notices at its next group and takes the unacknowledged one back
+    # the session notices at its next group and takes the unacknowledged one back, under what is newer
+    for key, value in (("b1", 99), ("c0", 0), ("c1", 1)):
         with writer.batch():
-            writer.put("retrieve", f"c{i}", i)
+            writer.put("retrieve", key, value)
     writer.flush()
     assert writer._writer is None and writer.writer_error  # not restarted; the reason is kept for the summary
-    got = {k: other.get("retrieve", k) for k in ("a0", "a1", "b0", "b1", "c0", "c1", "c2")}
-    assert got == {"a0": 0, "a1": 1, "b0": 0, "b1": 1, "c0": 0, "c1": 1, "c2": 2}
+    got = {k: other.get("retrieve", k) for k in ("a0", "a1", "b0", "b1", "c0", "c1")}
+    assert got == {"a0": 0, "a1": 1, "b0": 0, "b1": 99, "c0": 0, "c1": 1}
+
+
+def test_a_process_forked_from_the_session_does_not_keep_the_writer_alive(open_caches: Callable[[], Caches]) -> None:
+    writer = open_caches()
+    writer.hold_writes(max_entries=1, max_age_s=3600, background=True)
+    with writer.batch():
+        writer.put("judgment", "k", 1)
+    child = writer._writer
+    assert child is not None and child.proc.stdin is not None
+    forked = os.fork()  # as a system's multiprocessing pool would; it inherits the session's pipe ends
+    if forked == 0:
+        time.sleep(30)
+        os._exit(0)
+    try:
+        child.drain()
+        child.proc.stdin.close()  # the end of input, as when the session dies: no closing frame
+        assert child.proc.wait(timeout=20) == 0  # seen at once: the fork's copy of the pipe was let go
+    finally:
+        os.kill(forked, signal.SIGKILL)
+        os.waitpid(forked, 0)
 
 
 def test_the_writer_commits_what_it_received_when_the_session_dies(tmp_path: Path) -> None:

@@ -504,11 +504,14 @@ def test_a_long_session_freezes_what_it_collected_and_uses_helper_processes(
     result, seen, helpers = run()
     result.assert_outcomes(passed=n)
     assert seen["during"] > 0 and seen["after"] == 0  # frozen while the cases ran, released at the end
-    # one cache writer and one stats worker for the whole session, both gone with it
-    assert sorted(kind for kind, _ in helpers) == ["stats", "writer"]
-    for _, pid in helpers:
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    # one cache writer and one stats worker for the whole session, both used, both gone with it
+    assert sorted(kind for kind, _ in helpers) == ["stats", "stats-answered", "writer"]
+    assert ("stats-answered", 1) in helpers  # the summary came from the worker, not the fallback
+    assert "cache writer" not in result.stdout.str()  # no warning: the writer committed everything
+    for kind, pid in helpers:
+        if kind != "stats-answered":
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
     # the summary the stats worker computed is the one this process computes from the stored cases
     (run_dir,) = (pytester.path / ".oloproof" / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
