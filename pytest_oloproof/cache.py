@@ -143,10 +143,7 @@ class Caches:
         if bypass or not self.mode.reads:
             return None
         full = f"{kind}:{key}"
-        raw = self._pending.get(full)
-        writer = self._writer
-        if raw is None and writer is not None:
-            raw = writer.lookup(full)
+        raw = self._held(full)
         try:
             if raw is None:
                 known = self._known
@@ -190,9 +187,16 @@ class Caches:
         self._open().set(full, text, retry=True)
         return True
 
-    def _exists(self, full: str) -> bool:
+    def _held(self, full: str) -> str | None:
+        """An entry written this session and not yet committed: pending here, or in flight to the writer."""
+        text = self._pending.get(full)
         writer = self._writer
-        if full in self._pending or (writer is not None and writer.lookup(full) is not None):
+        if text is None and writer is not None:
+            text = writer.lookup(full)
+        return text
+
+    def _exists(self, full: str) -> bool:
+        if self._held(full) is not None:
             return True
         known = self._known
         if known is not None and hash(full) not in known:

@@ -6,7 +6,7 @@ transaction on another core and acknowledges it. Until acknowledged, a group
 stays readable from the session's memory; if the child fails or vanishes, the
 session commits whatever was not acknowledged itself.
 
-Protocol: parent -> child, frames of a 4-byte big-endian length and
+Protocol: parent -> child, one frame (helperproc.frame) per group,
 `orjson([seq, [[key, text], ...]])`; child -> parent, one line per frame,
 `ok <seq>` or `error <seq> <message>` (the child then exits). An empty frame,
 or the end of its input, and the child closes the cache and exits 0.
@@ -14,8 +14,6 @@ or the end of its input, and the child closes the cache and exits 0.
 
 from __future__ import annotations
 
-import signal
-import struct
 import subprocess
 import sys
 import threading
@@ -24,15 +22,13 @@ from typing import IO
 
 import orjson
 
-_HEADER = struct.Struct(">I")
+from .helperproc import frame, read_frame, spawn
 
 
 class BackgroundWriter:
     """The parent's side: sends groups, tracks which are not yet acknowledged."""
 
     def __init__(self, directory: Path) -> None:
-        from .helperproc import spawn
-
         self.proc = spawn("cachewriter", str(directory))
         self._seq = 0
         self._inflight: dict[int, dict[str, str]] = {}  # seq -> group, sent and not acknowledged
@@ -47,6 +43,8 @@ class BackgroundWriter:
 
     def lookup(self, full_key: str) -> str | None:
         """An entry sent but not yet acknowledged (the latest group holding it wins)."""
+        if not self._inflight:  # the usual case, on every cache lookup
+            return None
         for group in reversed(list(self._inflight.values())):
             text = group.get(full_key)
             if text is not None:
@@ -63,7 +61,7 @@ class BackgroundWriter:
             self._inflight[seq] = group
         payload = orjson.dumps([seq, list(group.items())])
         try:
-            self.proc.stdin.write(_HEADER.pack(len(payload)) + payload)
+            self.proc.stdin.write(frame(payload))
             self.proc.stdin.flush()
         except (OSError, ValueError) as exc:  # the child is gone (BrokenPipeError) or stdin closed
             self._fail(f"the cache writer stopped ({type(exc).__name__}: {exc})")
@@ -91,7 +89,7 @@ class BackgroundWriter:
         try:
             if self.proc.stdin is not None:
                 if self.proc.poll() is None:
-                    self.proc.stdin.write(_HEADER.pack(0))
+                    self.proc.stdin.write(frame(b""))
                 self.proc.stdin.close()
         except (OSError, ValueError):
             pass
@@ -133,14 +131,8 @@ class BackgroundWriter:
 # ------------------------------------------------------------------ the child
 
 
-def _read_exactly(stream: IO[bytes], n: int) -> bytes | None:
-    data = stream.read(n)
-    return data if data is not None and len(data) == n else None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Commit every frame read from stdin; acknowledge each on stdout."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when we stop: it closes our input
     args = sys.argv[1:] if argv is None else argv
     from .cache import open_diskcache
 
@@ -149,12 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     acks: IO[bytes] | None = sys.stdout.buffer
     try:
         while True:
-            header = _read_exactly(stdin, _HEADER.size)
-            if header is None or _HEADER.unpack(header)[0] == 0:
-                return 0  # the end: the session closed our input or said there is no more
-            payload = _read_exactly(stdin, _HEADER.unpack(header)[0])
-            if payload is None:
-                return 0  # the parent died mid-frame: that group is not acknowledged, so not relied on
+            payload = read_frame(stdin)
+            if not payload:  # the end: the session said there is no more, closed our input, or died
+                return 0  # (mid-frame: that group is not acknowledged, so not relied on)
             seq, entries = orjson.loads(payload)
             try:
                 with cache.transact(retry=True):

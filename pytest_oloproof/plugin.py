@@ -37,12 +37,10 @@ PLUGIN_NAME = "oloproof-session"
 EXIT_BLOCK = 3
 EXIT_USAGE = 2
 EXIT_INTERNAL = 4
-#: Sessions with at least this many case items freeze the collector's view of what collection built,
-#: commit their cache writes from a child process, and import scipy.stats in another (a process start
-#: is not worth it for fewer).
-GC_FREEZE_MIN_ITEMS = 1000
-BACKGROUND_WRITER_MIN_ITEMS = 1000
-STATS_WORKER_MIN_ITEMS = 1000
+#: A long session (this many case items or more) freezes the collector's view of what collection
+#: built, commits its cache writes from a child process and imports scipy.stats in another (a
+#: process start is not worth it for fewer).
+LONG_SESSION_MIN_ITEMS = 1000
 
 
 # ------------------------------------------------------------------ options
@@ -511,7 +509,8 @@ class OloproofPlugin:
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         items = [i for i in session.items if isinstance(i, CaseItem)]
         self.items_selected = len(items)
-        if len(items) >= GC_FREEZE_MIN_ITEMS and not self._gc_frozen and gc.get_freeze_count() == 0:
+        long_session = len(items) >= LONG_SESSION_MIN_ITEMS
+        if long_session and not self._gc_frozen and gc.get_freeze_count() == 0:
             # the collected items, cases and modules live until the session ends: move them out of
             # the cyclic collector's sight, so its full passes during the run do not rescan them
             # (about a twentieth of a 10,000-case run); undone by unfreeze_gc, once pytest is done.
@@ -529,9 +528,9 @@ class OloproofPlugin:
         # this process alone runs these cases: commit cache writes in groups, skip lookups of absent keys
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
         # a long session also hands the groups to a writer process, so SQLite commits run on another core
-        ev.caches.hold_writes(background=len(items) >= BACKGROUND_WRITER_MIN_ITEMS)
+        ev.caches.hold_writes(background=long_session)
         ev.caches.track_keys()
-        if len(items) >= STATS_WORKER_MIN_ITEMS:
+        if long_session:
             from .statsworker import StatsWorker
 
             try:

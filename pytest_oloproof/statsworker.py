@@ -11,8 +11,6 @@ the summary itself, as it would without a worker.
 
 from __future__ import annotations
 
-import signal
-import struct
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -20,15 +18,13 @@ from typing import Any
 
 import orjson
 
-_HEADER = struct.Struct(">Q")  # the request's length, then the request
+from .helperproc import frame, read_frame, spawn, stop
 
 
 class StatsWorker:
     """The session's side: one request, one answer."""
 
     def __init__(self) -> None:
-        from .helperproc import spawn
-
         self.proc: subprocess.Popen[bytes] | None = spawn("statsworker")
 
     def summarize(
@@ -40,13 +36,13 @@ class StatsWorker:
             return None
         try:
             request = orjson.dumps({"cases": cases, "settings": settings}, option=orjson.OPT_NON_STR_KEYS)
-            out, _ = proc.communicate(_HEADER.pack(len(request)) + request, timeout=timeout_s)
+            out, _ = proc.communicate(frame(request), timeout=timeout_s)
             if proc.returncode != 0:
                 return None
             result: dict[str, Any] = orjson.loads(out)
             return result
         except BaseException as exc:  # an error, a timeout or Ctrl-C: the worker goes, the session goes on
-            _stop(proc)
+            stop(proc)
             if isinstance(exc, Exception):
                 return None
             raise
@@ -55,34 +51,18 @@ class StatsWorker:
         """Stop a worker that was never asked."""
         proc, self.proc = self.proc, None
         if proc is not None:
-            _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.kill()
-    proc.wait()
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            try:
-                stream.close()
-            except OSError:
-                pass
+            stop(proc)
 
 
 def main() -> int:
     """Import scipy.stats at once, then answer the one request read from stdin."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the session decides: it closes our input or kills us
     import scipy.stats  # noqa: F401  # the point of this process: imported while the session runs
 
     from .aggregate import summarize_run
 
-    header = sys.stdin.buffer.read(_HEADER.size)
-    if len(header) < _HEADER.size:
+    data = read_frame(sys.stdin.buffer)  # exactly the request: no need to wait for the end of input
+    if not data:
         return 1  # the session ended without asking
-    (size,) = _HEADER.unpack(header)
-    data = sys.stdin.buffer.read(size)  # exactly the request: no need to wait for the end of input
-    if len(data) < size:
-        return 1
     request = orjson.loads(data)
     result = summarize_run(request["cases"], request["settings"])
     sys.stdout.buffer.write(orjson.dumps(result, option=orjson.OPT_NON_STR_KEYS))

@@ -96,7 +96,8 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out  # pytest's "interrupted"
     if writer:  # the session committed through one writer process, with no warning
-        assert [line.split()[0] for line in (tmp_path / "writer.pids").read_text().splitlines()] == ["writer"]
+        kinds = [line.split()[0] for line in (tmp_path / "writer.pids").read_text().splitlines()]
+        assert kinds.count("writer") == 1  # (a long session: its stats worker is noted too)
         assert "cache writer" not in out, out
 
     (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()

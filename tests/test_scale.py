@@ -19,7 +19,7 @@ from pytest_oloproof.cache import Caches
 from pytest_oloproof.cases import Case
 from pytest_oloproof.execute import Engine, ResolvedSystem, _Gate
 from pytest_oloproof.identity import execution_key, retrieve_key
-from pytest_oloproof.plugin import BACKGROUND_WRITER_MIN_ITEMS, GC_FREEZE_MIN_ITEMS, STATS_WORKER_MIN_ITEMS
+from pytest_oloproof.plugin import LONG_SESSION_MIN_ITEMS
 from pytest_oloproof.prefetch import Prefetcher, Progress, ProgressDisplay
 from pytest_oloproof.runner import RunRecorder, slim_case
 from pytest_oloproof.statsworker import StatsWorker
@@ -489,9 +489,9 @@ class System:
 def test_a_long_session_freezes_what_it_collected_and_uses_helper_processes(
     pytester: pytest.Pytester,
 ) -> None:
-    n = max(BACKGROUND_WRITER_MIN_ITEMS, GC_FREEZE_MIN_ITEMS, STATS_WORKER_MIN_ITEMS)
+    n = LONG_SESSION_MIN_ITEMS
     write_project(pytester.path, f"plain_{uuid.uuid4().hex[:8]}", PLAIN_SYSTEM, n)
-    pytester.makeconftest(PROBE_CONFTEST.format(min_items=BACKGROUND_WRITER_MIN_ITEMS))
+    pytester.makeconftest(PROBE_CONFTEST.format(min_items=LONG_SESSION_MIN_ITEMS))
     pids = pytester.path / "writer.pids"
 
     def run(*args: str) -> tuple[pytest.RunResult, dict[str, int], list[tuple[str, int]]]:
