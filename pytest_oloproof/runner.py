@@ -19,7 +19,7 @@ from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
-from .identity import settings_identity
+from .identity import case_digest, case_set_digest, settings_identity
 from .store import RunWriter, Store, new_run_id, write_json_stream
 
 if TYPE_CHECKING:
@@ -167,6 +167,8 @@ def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
     rec["expected"] = case.expected
     rec["metadata"] = case.metadata
     rec["source"] = case.source
+    # so a comparison can tell a case whose input or expected data changed under the same id
+    rec["digest"] = case_digest(case.input, case.expected)
     return rec
 
 
@@ -232,6 +234,7 @@ def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
         "context_truncated": None if no_context else bool(rec.get("context_truncated")),
         "error": None if not error else {"reason": error.get("reason"), "stage": error.get("stage")},
         "cache": _shared_cache(rec.get("cache") or {}),
+        "digest": rec.get("digest"),
     }
 
 
@@ -296,6 +299,9 @@ class RunRecorder:
         if status != "complete" and self._writer is not None:
             self._reconcile()
         record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
+        digest = case_set_digest(self.cases)
+        if digest is not None:
+            record["case_set_digest"] = digest
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
 
