@@ -91,6 +91,8 @@ def _had_entry(stage: str, prev: Mapping[str, Any], writes: bool) -> bool:
     status = cache.get(stage)
     if stage == "execution" and prev.get("error"):
         return False  # a failed case stores no execution entry
+    if stage != "execution" and status is None and cache.get("execution") == "hit" and not prev.get("error"):
+        return True  # served whole by the execution cache: its stages had been stored under the same identity
     return status == "hit" or (writes and status == "miss")
 
 
@@ -244,7 +246,8 @@ def lines(misses: Mapping[str, Any] | None) -> list[str]:
     if not misses:
         return []
     if misses.get("note"):
-        return [f"Cache misses: {misses['note']}"]
+        # a store's first run of a system: everything missed, nothing to say why (kept in the record)
+        return [] if "previous_run" in misses and not misses.get("stages") else [f"Cache misses: {misses['note']}"]
     prev = misses.get("previous_run")
     head = f"Cache misses (against the previous run {prev}):" if prev else "Cache misses:"
     out = [head]
