@@ -146,3 +146,15 @@ def test_a_judge_criterion_needs_the_same_validated_judge_in_both_runs(tmp_path:
     plain = [{"criterion": "grounded", "type": "contains", "kind": "rate", "settings": {}}]
     _id, doc = run_comparison(store, c, make_run(store, base, evaluators=plain), p)
     assert doc["decisions"][0]["reason"] == "judges_differ"
+
+
+def test_the_session_gate_blocks_on_changed_cases(project: Project, tmp_path: Path) -> None:
+    base = project.run()
+    edit_cases(project, change_expected)
+    decisions = "  - {name: ni, criterion: answer_correct, test: non-inferiority, margin: 50.0}\nmin_pairs: 1\n"
+    fail = policy_file(tmp_path, decisions, "missing: exclude\nchanged_cases: fail\n", name="fail.yaml")
+    args = ["-p", "no:cacheprovider", "--oloproof-baseline", base, "--oloproof-policy", str(fail)]
+    code, out, err = finished(project.cli("run", *args))
+    assert code == 3, (out, err)
+    assert "Warning: 1 case changed between the runs: ok (expected); excluded from every difference" in out
+    assert "Gate: BLOCK (exit 3) · cases_changed" in out

@@ -158,3 +158,16 @@ def test_a_missing_control_or_gold_context_is_shown_as_missing() -> None:
     assert "Nothing was measured" not in "\n".join(lines)  # one case of each still had values elsewhere
     only = build_gold_doc({}, entries[:1], [], {"gold_context": "run_g", "control": "run_c"})
     assert "Nothing was measured: every selected case is missing a value (see above); no labels" in render(only, "x")
+
+
+def test_the_pytest_form_fails_when_every_replay_is_missing(project: PlantedProject) -> None:
+    run_id = project.run()
+    spec = f"{project.module}:raising_rerank"
+    args = ["-p", "no:cacheprovider", "--oloproof-diagnose", run_id, "--oloproof-intervention", "reranker"]
+    code, out, err = finished(project.cli("run", *args, "--oloproof-reranker", spec))
+    assert code == 1, (out, err)
+    assert f"reranker {spec} failed on 22 of 22 cases: AttributeError:" in out
+    good = f"{project.module}:keyword_rerank"
+    code, out, err = finished(project.cli("run", *args, "--oloproof-reranker", good))
+    assert code == 0, (out, err)
+    assert f"Recovered under reranker {good}: 8 of 21" in out
