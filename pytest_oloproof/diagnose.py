@@ -428,14 +428,18 @@ def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
     lines += _undiagnosable_lines(doc)
     if not c["selected"] or doc_id is None:
         return lines
-    lines.append(f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention")
+    no_control = ((doc.get("missing") or {}).get("control") or {}).get("count", 0)
+    lines.append(
+        f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
+        + (f" ({no_control} without a value)" if no_control else "")
+    )
     if c["unstable"]:
         where = "the control" if doc["intervention"]["name"] == "gold-context" else "a control"
         lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
     if c["not_diagnosed"]:
         lines.append(
             f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "
-            "(an error; see the child run); not diagnosed"
+            "or in the control (an error; see the child run); not diagnosed"
         )
     title = intervention_title(doc["intervention"])
     children = doc["child_runs"]

@@ -151,6 +151,7 @@ def test_a_missing_control_or_gold_context_is_shown_as_missing() -> None:
     doc = build_gold_doc({}, entries, [], {"gold_context": "run_g", "control": "run_c"})
     assert doc["counts"]["recovered"] == 0 and doc["counts"]["diagnosed"] == 0
     lines = render(doc, "sha256:x")
+    assert "Control: 0 of 2 passed when re-executed without the intervention (1 without a value)" in lines
     assert "control failed on 1 of 2 cases: ValueError: boom (b); missing, reason system_error; " in "\n".join(lines)
     assert "gold context failed on 1 of 2 cases: ValueError: boom (a); missing, reason system_error; " in "\n".join(
         lines
