@@ -734,11 +734,15 @@ class Diagnoser:
     def _plans(self, rec: Mapping[str, Any]) -> dict[str, tuple[Plan, Any, bool]]:
         cands = rec.get("retrieval") or []
         gold = (rec.get("expected") or {}).get("gold_context")
+        query = rec.get("query")  # what retrieve() put in Retrieval(query=...), as recorded
         plans: dict[str, tuple[Plan, Any, bool]] = {
             "control": (Plan(label="control", bypass_cache=True), None, True),
-            "gold-context": (Plan(label="gold-context", recorded=cands, gold_context=gold), gold, False),
+            "gold-context": (
+                Plan(label="gold-context", recorded=cands, gold_context=gold, query=query),
+                gold,
+                False,
+            ),
         }
-        query = rec.get("query")  # what retrieve() put in Retrieval(query=...), as recorded
         if self.request.intervention == "top-k":
             plans["replay"] = (
                 Plan(label="top-k", recorded=cands, top_k=self.request.top_k, query=query),
