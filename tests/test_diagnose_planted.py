@@ -172,3 +172,32 @@ def test_the_pytest_form_fails_when_every_replay_is_missing(project: PlantedProj
     code, out, err = finished(project.cli("run", *args, "--oloproof-reranker", good))
     assert code == 0, (out, err)
     assert f"Recovered under reranker {good}: 8 of 21" in out
+
+
+def test_the_example_reranker_reads_the_question(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+    from subprocess import PIPE
+
+    from tests.test_example import EXAMPLE
+
+    root = tmp_path / "support_rag"
+    shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".oloproof", "__pycache__"))
+
+    def cli(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pytest_oloproof.cli", *args], cwd=root, stdout=PIPE, stderr=PIPE, text=True
+        )
+
+    code, out, err = finished(cli("run", "-q", "-p", "no:cacheprovider"))
+    assert code == 1, (out, err)
+    run_id = next(line.split()[1] for line in out.splitlines() if line.startswith("Run run_"))
+    spec = "app:keyword_reranker"
+    code, out, err = finished(cli("diagnose", run_id, "--intervention", "reranker", "--reranker", spec))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert f"Recovered under reranker {spec}: 1 of 4" in lines
+    assert f"Confirmed under reranker {spec}: 1 of 2 RANKED_OUT or CONTEXT_ASSEMBLY_LOSS cases also recovered" in lines
+    code, out, _ = finished(cli("inspect", lines[-3].split()[1]))
+    assert "security_review: CONTEXT_ASSEMBLY_LOSS" in out and f"under reranker {spec}: recovered" in out
