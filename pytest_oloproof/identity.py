@@ -76,7 +76,18 @@ def judgment_key(evaluator_type: str, settings_digest: str, expected_digest: str
 
 def case_digest(input: Any, expected: Any) -> dict[str, str]:
     """sha256 of a case's input and of its expected data (recorded per case; compared by `compare`)."""
-    return {"input": sha256_of(input), "expected": sha256_of(expected)}
+    return {"input": _fast_digest(input), "expected": _fast_digest(expected)}
+
+
+def _fast_digest(value: Any) -> str:
+    """sha256 of sorted-key compact JSON via orjson (a quarter of the standard encoder's time, every case)."""
+    import orjson
+
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: the standard encoder takes it
+        return sha256_of(value)
+    return hashlib.sha256(text).hexdigest()
 
 
 def case_set_digest(cases: Sequence[Mapping[str, Any]]) -> str | None:
