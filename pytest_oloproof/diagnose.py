@@ -336,6 +336,14 @@ def build_replay_doc(
             "confirmed": sum(1 for e in confirmable if passed(e["replay"])),
             "replay_missing": sum(1 for e in entries if not observed(e["replay"])),
             "replay_control_missing": sum(1 for e in entries if not observed(e["replay_control"])),
+            # the cases left out of "diagnosed" for want of a replay or replay-control value
+            "replay_not_counted": sum(
+                1
+                for e in entries
+                if not e["unstable"]
+                and e["label"] != NOT_DIAGNOSED
+                and not (observed(e["replay"]) and observed(e["replay_control"]))
+            ),
             "gold": _gold_tally(entries),
         },
         "missing": _missing_of(entries, ("control", "intervention", "replay_control", "replay")),
@@ -475,7 +483,7 @@ def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
 
 
 def _excluded(counts: Mapping[str, Any]) -> str:
-    n = max(int(counts.get("replay_missing", 0)), int(counts.get("replay_control_missing", 0)))
+    n = int(counts.get("replay_not_counted", 0))
     return f" ({n} without a value under the replay or its control, not counted)" if n else ""
 
 
