@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _measure import Measured, measure  # noqa: E402
 
 SYSTEM = """
 import asyncio
@@ -17,7 +19,20 @@ from pytest_oloproof import Passage, Retrieval, rag_system
 
 RETRIEVE_S = {retrieve_s!r}
 GENERATE_S = {generate_s!r}
+BURN_S = {burn_s!r}
+DISTINCT = {distinct!r}
 TEXT = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore"
+
+
+def burn(seconds):
+    # CPU-bound work holding the GIL (a CPU-heavy stage or evaluator)
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+def doc(n, i):
+    return f"d{{n}}-{{i}}" if DISTINCT else f"d{{(n + i) % 97}}"
 
 
 @rag_system(name="bench-rag", version="1", depth={depth}, top_k={top_k}, index_version="i1")
@@ -30,7 +45,7 @@ class BenchRag:
             query=input["question"],
             depth=depth,
             candidates=tuple(
-                Passage(doc_id=f"d{{(n + i) % 97}}", score=float(depth - i), text=f"{{TEXT}} {{n}} {{i}}")
+                Passage(doc_id=doc(n, i), score=float(depth - i), text=f"{{TEXT}} {{n}} {{i}}")
                 for i in range(depth)
             ),
         )
@@ -38,8 +53,48 @@ class BenchRag:
     {async_}def generate(self, input, context):
         if GENERATE_S:
             {sleep_g}
+        if BURN_S:
+            burn(BURN_S)
+        n = input["n"]
         first = context[0] if context else None
-        return {{"answer": f"answer {{input['n'] % 5}}", "citations": [first.doc_id] if first else []}}
+        answer = f"answer {{n}}" if DISTINCT else f"answer {{n % 5}}"
+        return {{"answer": answer, "citations": [first.doc_id] if first else []}}
+"""
+
+#: A conftest for the helper benchmark: OLOPROOF_BENCH_OFF="writer,stats,gc,long" switches parts off.
+KNOBS = """
+import os
+
+_OFF = {x.strip() for x in os.environ.get("OLOPROOF_BENCH_OFF", "").split(",") if x.strip()}
+
+if _OFF:
+    import gc as _gc
+    import types
+
+    import pytest_oloproof.cache as _cache
+    import pytest_oloproof.plugin as _plugin
+    import pytest_oloproof.statsworker as _statsworker
+
+    if "long" in _OFF:  # the long-session threshold never reached: none of the three
+        _plugin.LONG_SESSION_MIN_ITEMS = 10**12
+    if "writer" in _OFF and hasattr(_cache.Caches, "hold_writes"):
+        _hold = _cache.Caches.hold_writes
+
+        def _in_process(self, *args, **kwargs):
+            kwargs["background"] = False  # groups committed by the session itself
+            return _hold(self, *args, **kwargs)
+
+        _cache.Caches.hold_writes = _in_process
+    if "stats" in _OFF and hasattr(_statsworker, "StatsWorker"):
+
+        def _no_worker(self):
+            raise OSError("stats worker switched off by the benchmark")
+
+        _statsworker.StatsWorker.__init__ = _no_worker
+    if "gc" in _OFF:
+        _plugin.gc = types.SimpleNamespace(
+            freeze=lambda: None, unfreeze=lambda: None, get_freeze_count=_gc.get_freeze_count
+        )
 """
 
 CONFIG = """\
@@ -65,11 +120,24 @@ def make_project(
     top_k: int = 2,
     retrieve_s: float = 0.0,
     generate_s: float = 0.0,
+    burn_s: float = 0.0,
     use_async: bool = False,
     concurrency: int = 1,
     module: str = "bench_app",
+    answers: str = "distinct",
+    knobs: bool = False,
+    extra_evaluators: Sequence[str] = (),
 ) -> Path:
-    """Write the project into `root` (created) and return the path of oloproof.yaml."""
+    """Write the project into `root` (created) and return the path of oloproof.yaml.
+
+    `answers="distinct"`: every case has its own answer and its own doc ids, so no verdict of a
+    cold run can be a cache hit; `"repeated"`: answers take 5 values and doc ids 97, so most
+    verdicts repeat (the easier "cold" of earlier versions of these benchmarks).
+    `knobs`: add the conftest that lets OLOPROOF_BENCH_OFF switch helpers off.
+    """
+    if answers not in ("distinct", "repeated"):
+        raise ValueError(f"answers: 'distinct' or 'repeated', not {answers!r}")
+    distinct = answers == "distinct"
     root.mkdir(parents=True, exist_ok=True)
     if use_async:
         sleep_r, sleep_g, async_ = "await asyncio.sleep(RETRIEVE_S)", "await asyncio.sleep(GENERATE_S)", "async "
@@ -79,6 +147,8 @@ def make_project(
         SYSTEM.format(
             retrieve_s=retrieve_s,
             generate_s=generate_s,
+            burn_s=burn_s,
+            distinct=distinct,
             depth=depth,
             top_k=top_k,
             async_=async_,
@@ -91,13 +161,21 @@ def make_project(
             case = {
                 "id": f"c{i:06d}",
                 "input": {"question": f"question number {i}?", "n": i},
-                "expected": {"answer": f"answer {i % 5}", "relevant": [{"doc_id": f"d{(i + 1) % 97}"}]},
+                "expected": {
+                    "answer": f"answer {i}" if distinct else f"answer {i % 5}",
+                    "relevant": [{"doc_id": f"d{i}-1" if distinct else f"d{(i + 1) % 97}"}],
+                },
                 "metadata": {"topic": f"t{i % 4}"},
             }
             f.write(json.dumps(case) + "\n")
     (root / "pytest.ini").write_text("[pytest]\n")
+    if knobs:
+        (root / "conftest.py").write_text(KNOBS)
     cfg = root / "oloproof.yaml"
-    cfg.write_text(CONFIG.format(module=module, depth=depth, top_k=top_k, concurrency=concurrency))
+    text = CONFIG.format(module=module, depth=depth, top_k=top_k, concurrency=concurrency)
+    if extra_evaluators:
+        text = text.replace("slices:", "".join(f"  - {e}\n" for e in extra_evaluators) + "slices:")
+    cfg.write_text(text)
     return cfg
 
 
@@ -116,17 +194,12 @@ def make_bare(root: Path, n: int) -> Path:
     return test
 
 
-_MEASURE = (
-    "import resource, subprocess, sys; r = subprocess.run(sys.argv[1:]); "
-    "u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-    "print(r.returncode, u.ru_maxrss, u.ru_utime + u.ru_stime, file=sys.stderr)"
-)
-
-
-def pytest_env() -> dict[str, str]:
+def pytest_env(**extra: str) -> dict[str, str]:
     """The environment every benchmarked pytest runs in (no .pyc writes, no user PYTEST_ADDOPTS)."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **extra)
     env.pop("PYTEST_ADDOPTS", None)
+    if "OLOPROOF_BENCH_OFF" not in extra:
+        env.pop("OLOPROOF_BENCH_OFF", None)
     return env
 
 
@@ -135,31 +208,11 @@ def pytest_command(*args: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
 
 
-def run_pytest(cwd: Path, *args: str) -> tuple[float, int, float]:
-    """(wall seconds, exit code, peak RSS MiB) of `python -m pytest args` in cwd; see `run_pytest_cpu`."""
-    wall, code, rss, _ = run_pytest_cpu(cwd, *args)
-    return wall, code, rss
+def run_pytest(cwd: Path, *args: str, env: Mapping[str, str] | None = None) -> Measured:
+    """`python -m pytest args` in cwd, measured whole (wall, CPU and peak RSS of its process tree)."""
+    return measure(pytest_command(*args), cwd=cwd, env=env if env is not None else pytest_env())
 
 
-def run_pytest_cpu(cwd: Path, *args: str) -> tuple[float, int, float, float]:
-    """(wall seconds, exit code, peak RSS MiB, CPU seconds) of `python -m pytest args` in cwd.
-
-    The child runs under a small parent of its own, whose RUSAGE_CHILDREN figures
-    are then exactly that child's. CPU time (user + system) varies less than wall
-    time on a shared virtual machine.
-    """
-    t0 = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *pytest_command(*args)],
-        cwd=cwd,
-        env=pytest_env(),
-        capture_output=True,
-        text=True,
-    )
-    wall = time.perf_counter() - t0
-    code_s, maxrss_s, cpu_s = proc.stderr.strip().splitlines()[-1].split()
-    code = int(code_s)
-    if code not in (0, 1):
-        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
-        raise SystemExit(f"pytest {' '.join(args)} exited {code}")
-    return wall, code, int(maxrss_s) / 1024.0, float(cpu_s)
+def bare(cwd: Path) -> Measured:
+    """Bare pytest over the ids (-p no:oloproof: it pays nothing for the plugin being installed)."""
+    return run_pytest(cwd, "-p", "no:oloproof")

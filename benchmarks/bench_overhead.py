@@ -1,109 +1,109 @@
-"""Benchmark 1: per-case overhead of `pytest --oloproof` against bare pytest over the same ids.
+"""Benchmark 1: `pytest --oloproof` against bare pytest over the same ids, measured whole.
 
-    python benchmarks/bench_overhead.py [--cases 10000] [--repeat 3] [--paired]
+    python benchmarks/bench_overhead.py [--cases 10000] [--rounds 3] [--order interleaved|sequential|both]
+                                        [--answers distinct|repeated] [--report-json]
 
-Prints wall times and the ratios (targets: cold <= 2.0x, warm <= 1.5x bare pytest).
+Every figure is of the whole process tree (the session and every helper process it
+starts): wall time, CPU time (user + system, all processes) and peak resident memory
+(the sampled sum over the tree); see _measure.py.
 
-By default each round runs bare, cold and warm one after another and the best
-time of each is reported. On a shared virtual machine, whose speed can swing by
-half within a minute, `--paired` is steadier: while each Oloproof run goes, bare
-pytest runs over and over beside it (one per core), so both see the same machine
-for the whole window; the ratio is the Oloproof time over the mean of the bare
-runs that finished inside it, and the median over rounds is reported.
+- cold: a fresh store. With `--answers distinct` (the default) every case has its own
+  answer and doc ids, so not one verdict of a cold run is a cache hit; `--answers repeated`
+  is the easier variant where answers take 5 values and most verdicts repeat (labelled so).
+- warm: the same run again on the cache the cold run filled.
+- bare: a trivially parametrized test over the same ids, `-p no:oloproof`.
+
+Rounds: `interleaved` runs bare, cold, warm in each round (alternating which comes first)
+and reports per-round ratios; `sequential` runs every bare round, then every cold/warm pair,
+and reports median over median. Nothing runs beside a measured run.
+Targets (issue 17): cold CPU <= 2.0x bare, warm CPU <= 1.5x; 1,000 cases cold wall <= 2.5x.
+`--report-json` also times writing the JSON report of the last cold run (target <= 0.3 s).
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _project import make_bare, make_project, pytest_command, pytest_env, run_pytest_cpu
+from _measure import Series, load_average
+from _project import bare, make_bare, make_project, run_pytest
 
-TARGETS = {"cold": 2.0, "warm": 1.5}
+TARGETS = {"cold": ("CPU", 2.0), "warm": ("CPU", 1.5)}
+
+
+def time_json_report(store_dir: Path, out: Path) -> tuple[float, int]:
+    """Seconds to write the JSON report of the store's latest run, as `--oloproof-report` does."""
+    from pytest_oloproof.store import Store, write_json_stream
+
+    store = Store(store_dir)
+    run_id = store.run_ids()[-1]
+    record = store.load_run(run_id)
+    head = {k: v for k, v in record.items() if k != "cases"}
+    t0 = time.perf_counter()
+    write_json_stream(out, head, "cases", store.iter_cases(run_id))
+    return time.perf_counter() - t0, out.stat().st_size
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", type=int, default=10_000)
-    ap.add_argument("--repeat", type=int, default=3, help="rounds")
-    ap.add_argument("--paired", action="store_true", help="run each Oloproof run alongside a bare run")
-    ap.add_argument("--verbose", action="store_true", help="print every round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--order", choices=("interleaved", "sequential", "both"), default="interleaved")
+    ap.add_argument("--answers", choices=("distinct", "repeated"), default="distinct")
+    ap.add_argument("--report-json", action="store_true", help="time writing the JSON report of a cold run")
+    ap.add_argument("--verbose", action="store_true", help="print every run")
     args = ap.parse_args()
     n = args.cases
+    print(f"cases: {n}, answers: {args.answers}, rounds: {args.rounds}, load average at start: {load_average()}")
     with tempfile.TemporaryDirectory(prefix="oloproof-bench-") as tmp:
         root = Path(tmp)
         make_bare(root / "bare", n)
-        make_project(root / "olo", n)
+        make_project(root / "olo", n, answers=args.answers)
         store = root / "olo" / ".oloproof"
 
-        def bare() -> float:
-            # -p no:oloproof: bare pytest pays nothing for the plugin being installed
-            return run_pytest_cpu(root / "bare", "-p", "no:oloproof")[0]
+        def run(series: Series, kind: str) -> None:
+            if kind == "cold" and store.exists():
+                shutil.rmtree(store)
+            m = bare(root / "bare") if kind == "bare" else run_pytest(root / "olo", "--oloproof")
+            series.add(kind, m)
+            if args.verbose:
+                print(f"  {kind}: wall {m.wall_s:.2f} s, CPU {m.cpu_s:.2f} s, peak {m.tree_peak_mib:.0f} MiB "
+                      f"({m.peaks_text()})", flush=True)
 
-        def olo() -> float:
-            return run_pytest_cpu(root / "olo", "--oloproof")[0]
-
-        def bare_beside(stop: threading.Event) -> list[float]:
-            """Bare runs back to back until `stop`; the one cut short is not counted, unless it is the
-            first (an Oloproof run faster than one bare run), which then runs to its end."""
-            done: list[float] = []
-            cmd, env = pytest_command("-p", "no:oloproof"), pytest_env()
-            while not stop.is_set():
-                t0 = time.perf_counter()
-                proc = subprocess.Popen(cmd, cwd=root / "bare", env=env, stdout=subprocess.DEVNULL)
-                while proc.poll() is None and not stop.is_set():
-                    time.sleep(0.02)
-                if proc.poll() is None and done:
-                    proc.kill()
-                    proc.wait()
-                    break
-                proc.wait()
-                done.append(time.perf_counter() - t0)
-            return done
-
-        times: dict[str, list[float]] = {"bare": [], "cold": [], "warm": []}
-        ratios: dict[str, list[float]] = {"cold": [], "warm": []}
-        with ThreadPoolExecutor(2) as pool:
-            for i in range(args.repeat):
-                if store.exists():
-                    shutil.rmtree(store)
-                for label in ("cold", "warm"):
-                    if args.paired:
-                        stop = threading.Event()
-                        beside = pool.submit(bare_beside, stop)
-                        ot = olo()
-                        stop.set()
-                        bares = beside.result()
-                        bt = statistics.fmean(bares)
-                    else:
-                        bt, ot = bare(), olo()
-                    times["bare"].append(bt)
-                    times[label].append(ot)
-                    ratios[label].append(ot / bt)
-                    if args.verbose:
-                        print(f"round {i + 1} {label}: bare {bt:.2f} s, oloproof {ot:.2f} s, ratio {ot / bt:.2f}x")
-    mode = "paired (bare runs beside each Oloproof run)" if args.paired else "one after another"
-    print(f"cases: {n}, {args.repeat} rounds, {mode}")
-    best_bare = min(times["bare"])
-    print(f"bare pytest:            best {best_bare:7.2f} s  ({best_bare / n * 1e3:.2f} ms per item)")
-    if args.paired:
-        print("  (paired: both processes share the machine, so all times are longer than alone; compare ratios)")
-    for label in ("cold", "warm"):
-        best = min(times[label])
-        med = statistics.median(ratios[label])
-        print(
-            f"pytest --oloproof {label}: best {best:7.2f} s  ({best / n * 1e3:.2f} ms per case)  "
-            f"best/best {best / best_bare:.2f}x, median of rounds {med:.2f}x  (target <= {TARGETS[label]}x)"
-        )
+        orders = ("interleaved", "sequential") if args.order == "both" else (args.order,)
+        for order in orders:
+            series = Series({"bare": [], "cold": [], "warm": []})
+            if order == "interleaved":
+                for i in range(args.rounds):
+                    for kind in ("bare", "cold", "warm") if i % 2 == 0 else ("cold", "warm", "bare"):
+                        run(series, kind)
+            else:
+                for _ in range(args.rounds):
+                    run(series, "bare")
+                for _ in range(args.rounds):
+                    run(series, "cold")
+                    run(series, "warm")
+            print(f"\n{order} rounds (load average now {load_average()}):")
+            print(series.table("bare", paired=order == "interleaved", targets=TARGETS))
+            cold = series.runs["cold"][-1]
+            print(f"  processes of the last cold run, own peaks MiB: {cold.peaks_text()} "
+                  f"(sum {cold.sum_of_peaks_mib:.0f}, sampled tree peak {cold.tree_peak_mib:.0f})")
+            per = series.runs["cold"]
+            print(f"  per case, cold: {min(m.wall_s for m in per) / n * 1e3:.2f} ms wall (best), "
+                  f"{min(m.cpu_s for m in per) / n * 1e3:.2f} ms CPU (best)")
+        if args.report_json:
+            if store.exists():
+                shutil.rmtree(store)
+            run_pytest(root / "olo", "--oloproof")
+            took = [time_json_report(store, root / f"report{i}.json") for i in range(3)]
+            secs = sorted(t for t, _ in took)
+            print(f"\nJSON report of the cold run ({n} cases, {took[0][1] / 2**20:.1f} MiB): "
+                  f"median {secs[1]:.3f} s of 3 (target <= 0.3 s)")
 
 
 if __name__ == "__main__":
