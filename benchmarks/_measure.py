@@ -176,8 +176,9 @@ def measure(
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(list(cmd), cwd=cwd, env=dict(env) if env is not None else None,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            list(cmd), cwd=cwd, env=dict(env) if env is not None else None, stdout=out, stderr=subprocess.STDOUT
+        )
         sampler = _Sampler(proc.pid, sample_s)
         sampler.start()
         _, status, _ = os.wait4(proc.pid, 0)
@@ -185,7 +186,7 @@ def measure(
         # helpers the session left running were re-parented here: wait for them too
         while True:
             try:
-                pid, _, _ = os.wait4(-1, 0)
+                os.wait4(-1, 0)
             except ChildProcessError:
                 break
         wall = time.perf_counter() - t0

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _measure import Measured, measure  # noqa: E402
+from _measure import Measured, measure
 
 SYSTEM = """
 import asyncio

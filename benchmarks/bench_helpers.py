@@ -69,24 +69,33 @@ def main() -> None:
                         m = run_pytest(root, "--oloproof", env=env)
                         runs.setdefault((variant, phase), []).append(m)
                         if args.verbose:
-                            print(f"  round {r + 1} {variant} {phase}: wall {m.wall_s:.2f} s, CPU {m.cpu_s:.2f} s, "
-                                  f"peak {m.tree_peak_mib:.0f} MiB ({m.peaks_text()})", flush=True)
+                            print(
+                                f"  round {r + 1} {variant} {phase}: wall {m.wall_s:.2f} s, CPU {m.cpu_s:.2f} s, "
+                                f"peak {m.tree_peak_mib:.0f} MiB ({m.peaks_text()})",
+                                flush=True,
+                            )
             for phase in ("cold", "warm"):
-                print(f"{phase}: {'':10} {'wall s':>20} {'CPU s':>20} {'peak MiB':>16}   "
-                      f"{'wall/default':>18} {'CPU/default':>18} {'peak/default':>18}")
+                print(
+                    f"{phase}: {'':10} {'wall s':>20} {'CPU s':>20} {'peak MiB':>16}   "
+                    f"{'wall/default':>18} {'CPU/default':>18} {'peak/default':>18}"
+                )
                 base = runs[("default", phase)]
                 for variant in variants:
                     ms = runs[(variant, phase)]
 
-                    def ratio(attr: str, ms: list[Measured] = ms) -> str:
+                    def ratio(attr: str, ms: list[Measured] = ms, base: list[Measured] = base) -> str:
                         return spread([getattr(a, attr) / getattr(b, attr) for a, b in zip(ms, base, strict=False)])
 
-                    print(f"  {variant:14} {spread([m.wall_s for m in ms]):>20} {spread([m.cpu_s for m in ms]):>20} "
-                          f"{spread([m.tree_peak_mib for m in ms], '{:.0f}'):>16}   {ratio('wall_s'):>18} "
-                          f"{ratio('cpu_s'):>18} {ratio('tree_peak_mib'):>18}")
+                    print(
+                        f"  {variant:14} {spread([m.wall_s for m in ms]):>20} {spread([m.cpu_s for m in ms]):>20} "
+                        f"{spread([m.tree_peak_mib for m in ms], '{:.0f}'):>16}   {ratio('wall_s'):>18} "
+                        f"{ratio('cpu_s'):>18} {ratio('tree_peak_mib'):>18}"
+                    )
                 last = base[-1]
-                print(f"  default {phase}, own peaks MiB: {last.peaks_text()} (median tree peak "
-                      f"{statistics.median(m.tree_peak_mib for m in base):.0f})")
+                print(
+                    f"  default {phase}, own peaks MiB: {last.peaks_text()} (median tree peak "
+                    f"{statistics.median(m.tree_peak_mib for m in base):.0f})"
+                )
     print(f"\nload average at the end: {load_average()}")
 
 

@@ -72,8 +72,11 @@ def main() -> None:
             m = bare(root / "bare") if kind == "bare" else run_pytest(root / "olo", "--oloproof")
             series.add(kind, m)
             if args.verbose:
-                print(f"  {kind}: wall {m.wall_s:.2f} s, CPU {m.cpu_s:.2f} s, peak {m.tree_peak_mib:.0f} MiB "
-                      f"({m.peaks_text()})", flush=True)
+                print(
+                    f"  {kind}: wall {m.wall_s:.2f} s, CPU {m.cpu_s:.2f} s, peak {m.tree_peak_mib:.0f} MiB "
+                    f"({m.peaks_text()})",
+                    flush=True,
+                )
 
         orders = ("interleaved", "sequential") if args.order == "both" else (args.order,)
         for order in orders:
@@ -91,19 +94,25 @@ def main() -> None:
             print(f"\n{order} rounds (load average now {load_average()}):")
             print(series.table("bare", paired=order == "interleaved", targets=TARGETS))
             cold = series.runs["cold"][-1]
-            print(f"  processes of the last cold run, own peaks MiB: {cold.peaks_text()} "
-                  f"(sum {cold.sum_of_peaks_mib:.0f}, sampled tree peak {cold.tree_peak_mib:.0f})")
+            print(
+                f"  processes of the last cold run, own peaks MiB: {cold.peaks_text()} "
+                f"(sum {cold.sum_of_peaks_mib:.0f}, sampled tree peak {cold.tree_peak_mib:.0f})"
+            )
             per = series.runs["cold"]
-            print(f"  per case, cold: {min(m.wall_s for m in per) / n * 1e3:.2f} ms wall (best), "
-                  f"{min(m.cpu_s for m in per) / n * 1e3:.2f} ms CPU (best)")
+            print(
+                f"  per case, cold: {min(m.wall_s for m in per) / n * 1e3:.2f} ms wall (best), "
+                f"{min(m.cpu_s for m in per) / n * 1e3:.2f} ms CPU (best)"
+            )
         if args.report_json:
             if store.exists():
                 shutil.rmtree(store)
             run_pytest(root / "olo", "--oloproof")
             took = [time_json_report(store, root / f"report{i}.json") for i in range(3)]
             secs = sorted(t for t, _ in took)
-            print(f"\nJSON report of the cold run ({n} cases, {took[0][1] / 2**20:.1f} MiB): "
-                  f"median {secs[1]:.3f} s of 3 (target <= 0.3 s)")
+            print(
+                f"\nJSON report of the cold run ({n} cases, {took[0][1] / 2**20:.1f} MiB): "
+                f"median {secs[1]:.3f} s of 3 (target <= 0.3 s)"
+            )
 
 
 if __name__ == "__main__":
