@@ -61,13 +61,15 @@ class BenchRag:
         return {{"answer": answer, "citations": [first.doc_id] if first else []}}
 """
 
-#: A conftest for the helper benchmark: OLOPROOF_BENCH_OFF="writer,stats,gc,long" switches parts off.
+#: A conftest for the helper benchmark: OLOPROOF_BENCH_ON="helpers" turns the long-session helper
+#: processes on (plugin.LONG_SESSION_HELPERS); OLOPROOF_BENCH_OFF="writer,stats,gc,long" switches parts off.
 KNOBS = """
 import os
 
+_ON = {x.strip() for x in os.environ.get("OLOPROOF_BENCH_ON", "").split(",") if x.strip()}
 _OFF = {x.strip() for x in os.environ.get("OLOPROOF_BENCH_OFF", "").split(",") if x.strip()}
 
-if _OFF:
+if _ON or _OFF:
     import gc as _gc
     import types
 
@@ -75,6 +77,8 @@ if _OFF:
     import pytest_oloproof.plugin as _plugin
     import pytest_oloproof.statsworker as _statsworker
 
+    if "helpers" in _ON:  # a cache-writer process and a stats worker for a long session
+        _plugin.LONG_SESSION_HELPERS = True
     if "long" in _OFF:  # the long-session threshold never reached: none of the three
         _plugin.LONG_SESSION_MIN_ITEMS = 10**12
     if "writer" in _OFF and hasattr(_cache.Caches, "hold_writes"):
@@ -198,8 +202,9 @@ def pytest_env(**extra: str) -> dict[str, str]:
     """The environment every benchmarked pytest runs in (no .pyc writes, no user PYTEST_ADDOPTS)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **extra)
     env.pop("PYTEST_ADDOPTS", None)
-    if "OLOPROOF_BENCH_OFF" not in extra:
-        env.pop("OLOPROOF_BENCH_OFF", None)
+    for knob in ("OLOPROOF_BENCH_ON", "OLOPROOF_BENCH_OFF"):
+        if knob not in extra:
+            env.pop(knob, None)
     return env
 
 

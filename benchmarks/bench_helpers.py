@@ -3,16 +3,19 @@
     python benchmarks/bench_helpers.py [--cases 1000,10000] [--rounds 2] [--answers distinct|repeated]
 
 From LONG_SESSION_MIN_ITEMS (1,000) case items up, a session freezes the garbage collector's
-view of what collection built, commits its cache writes through a writer process
-(cachewriter.py) and imports scipy.stats in a stats worker process (statsworker.py). Each
-variant switches parts off through a conftest written into the throw-away project
-(OLOPROOF_BENCH_OFF, see _project.KNOBS); nothing in the package changes:
+view of what collection built. With plugin.LONG_SESSION_HELPERS (off by default since these
+figures) it also commits its cache writes through a writer process (cachewriter.py) and imports
+scipy.stats in a stats worker process (statsworker.py). Each variant switches parts on or off
+through a conftest written into the throw-away project (OLOPROOF_BENCH_ON / OLOPROOF_BENCH_OFF,
+see _project.KNOBS); nothing in the package changes:
 
-- default: everything the package does;
-- no-writer: cache groups committed by the session itself (one diskcache transaction per group);
-- no-stats: scipy.stats imported and the summary computed in the session, at the end;
+- default: what the package does (gc.freeze; cache groups committed by the session itself, one
+  diskcache transaction per group; scipy.stats imported and the summary computed in the session);
+- helpers: both helper processes (the writer and the stats worker), as before;
+- writer: only the cache-writer process;
+- stats: only the stats worker;
 - no-gc-freeze: no gc.freeze();
-- none: the long-session threshold never reached (none of the three).
+- none: the long-session threshold never reached (no freeze, no helpers).
 
 Each variant runs cold (fresh store, distinct answers) then warm, in interleaved rounds whose
 order rotates; ratios are per round, to that round's default run. Whole tree: wall, CPU of
@@ -32,12 +35,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _measure import Measured, load_average, spread
 from _project import make_project, pytest_env, run_pytest
 
+#: variant -> (OLOPROOF_BENCH_ON, OLOPROOF_BENCH_OFF)
 VARIANTS = {
-    "default": "",
-    "no-writer": "writer",
-    "no-stats": "stats",
-    "no-gc-freeze": "gc",
-    "none": "long",
+    "default": ("", ""),
+    "helpers": ("helpers", ""),
+    "writer": ("helpers", "stats"),
+    "stats": ("helpers", "writer"),
+    "no-gc-freeze": ("", "gc"),
+    "none": ("", "long"),
 }
 
 
@@ -62,7 +67,8 @@ def main() -> None:
             for r in range(args.rounds):
                 k = r % len(variants)
                 for variant in variants[k:] + variants[:k]:
-                    env = pytest_env(OLOPROOF_BENCH_OFF=VARIANTS[variant])
+                    on, off = VARIANTS[variant]
+                    env = pytest_env(OLOPROOF_BENCH_ON=on, OLOPROOF_BENCH_OFF=off)
                     if store.exists():
                         shutil.rmtree(store)
                     for phase in ("cold", "warm"):

@@ -6,6 +6,8 @@ Runs `pytest --oloproof` (cold, distinct answers) and samples the resident sizes
 session and every helper process it starts (see _measure.py): the peak of their sum is
 the figure; each process's own peak, and their sum (the figure's upper bound), are printed
 beside it, next to bare pytest over the same ids. `--warm` measures a second, warm run too.
+`--helpers` turns the long-session helper processes on, `--off writer,stats,gc,long` switches
+parts off (see bench_helpers.py).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _measure import Measured, load_average
-from _project import bare, make_bare, make_project, run_pytest
+from _project import bare, make_bare, make_project, pytest_env, run_pytest
 
 
 def show(label: str, m: Measured) -> None:
@@ -32,16 +34,22 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=100_000)
     ap.add_argument("--depth", type=int, default=10)
     ap.add_argument("--warm", action="store_true")
+    ap.add_argument("--helpers", action="store_true", help="the cache-writer process and the stats worker")
+    ap.add_argument("--off", default="", help="parts to switch off: writer, stats, gc, long (all of them)")
+    ap.add_argument("--skip-bare", action="store_true", help="no bare pytest run")
     args = ap.parse_args()
     print(f"cases: {args.cases}, depth {args.depth}, load average at start: {load_average()}")
     with tempfile.TemporaryDirectory(prefix="oloproof-bench-") as tmp:
         root = Path(tmp)
         make_bare(root / "bare", args.cases)
-        make_project(root / "olo", args.cases, depth=args.depth, top_k=min(4, args.depth))
-        show("pytest --oloproof cold", run_pytest(root / "olo", "--oloproof"))
+        make_project(root / "olo", args.cases, depth=args.depth, top_k=min(4, args.depth), knobs=True)
+        env = pytest_env(OLOPROOF_BENCH_ON="helpers" if args.helpers else "", OLOPROOF_BENCH_OFF=args.off)
+        off = (" (helpers on)" if args.helpers else "") + (f" (off: {args.off})" if args.off else "")
+        show("pytest --oloproof cold" + off, run_pytest(root / "olo", "--oloproof", env=env))
         if args.warm:
-            show("pytest --oloproof warm", run_pytest(root / "olo", "--oloproof"))
-        show("bare pytest", bare(root / "bare"))
+            show("pytest --oloproof warm" + off, run_pytest(root / "olo", "--oloproof", env=env))
+        if not args.skip_bare:
+            show("bare pytest", bare(root / "bare"))
     print("target: tree peak <= 1024 MiB")
 
 

@@ -37,10 +37,14 @@ PLUGIN_NAME = "oloproof-session"
 EXIT_BLOCK = 3
 EXIT_USAGE = 2
 EXIT_INTERNAL = 4
-#: A long session (this many case items or more) freezes the collector's view of what collection
-#: built, commits its cache writes from a child process and imports scipy.stats in another (a
-#: process start is not worth it for fewer).
+#: A long session (this many case items or more) freezes the collector's view of what collection built.
 LONG_SESSION_MIN_ITEMS = 1000
+#: Whether a long session also commits its cache writes from a child process (cachewriter.py) and
+#: imports scipy.stats in another (statsworker.py). Off: measured on the whole process tree
+#: (benchmarks/bench_helpers.py) they cost more CPU and memory than they save (at 100,000 cases the
+#: two held 670 MiB), and buy wall time only while a core is idle; the session commits each group of
+#: writes itself, in one diskcache transaction, and computes its summary itself.
+LONG_SESSION_HELPERS = False
 
 
 # ------------------------------------------------------------------ options
@@ -529,10 +533,11 @@ class OloproofPlugin:
             return
         # this process alone runs these cases: commit cache writes in groups, skip lookups of absent keys
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
-        # a long session also hands the groups to a writer process, so SQLite commits run on another core
-        ev.caches.hold_writes(background=long_session)
+        # (with LONG_SESSION_HELPERS, a long session hands the groups to a writer process instead)
+        helpers = long_session and LONG_SESSION_HELPERS
+        ev.caches.hold_writes(background=helpers)
         ev.caches.track_keys()
-        if long_session:
+        if helpers:
             from .statsworker import StatsWorker
 
             try:

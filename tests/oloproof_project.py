@@ -39,7 +39,8 @@ class Mini:
 
 
 # A conftest.py that watches a session from inside. It sets the item count from which a session is
-# long (so a small test session can use a writer process and a stats worker); notes the pid of each
+# long, and turns the helper processes on (so a small test session can use a writer process and a
+# stats worker); notes the pid of each
 # writer and stats worker in writer.pids ("writer 123", "stats 124"), and whether the stats worker
 # answered ("stats-answered 1"); and writes to gc.json the
 # collector's frozen-object count during the first item and once pytest is done with the session.
@@ -51,6 +52,7 @@ import pytest_oloproof.plugin as plugin
 import pytest_oloproof.statsworker as statsworker
 
 plugin.LONG_SESSION_MIN_ITEMS = {min_items}
+plugin.LONG_SESSION_HELPERS = True  # the helper processes are off by default
 _seen = {{}}
 
 

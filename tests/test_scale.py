@@ -529,6 +529,28 @@ def test_a_long_session_freezes_what_it_collected_and_uses_helper_processes(
     assert seen == {"during": 0, "after": 0} and helpers == []
 
 
+def test_a_long_session_commits_and_summarizes_in_process_by_default(pytester: pytest.Pytester) -> None:
+    # the helper processes are off unless LONG_SESSION_HELPERS says otherwise: no writer, no stats worker
+    n = 40
+    write_project(pytester.path, f"plain_{uuid.uuid4().hex[:8]}", PLAIN_SYSTEM, n)
+    probe = PROBE_CONFTEST.format(min_items=n)
+    assert "plugin.LONG_SESSION_HELPERS = True" in probe
+    pytester.makeconftest(probe.replace("plugin.LONG_SESSION_HELPERS = True", "pass"))
+    pids = pytester.path / "writer.pids"
+
+    result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly")
+    result.assert_outcomes(passed=n)
+    seen = json.loads((pytester.path / "gc.json").read_text())
+    assert seen["during"] > 0 and seen["after"] == 0  # still a long session: frozen while the cases ran
+    assert not pids.exists()  # no writer process and no stats worker was started
+    assert "answer_correct │ 100.0%" in result.stdout.str()  # the summary, computed by the session itself
+
+    again = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly")
+    again.assert_outcomes(passed=n)  # every write was committed by the session itself
+    assert re.search(rf"Cache: execution {n} hit/0 miss; judgment {n} hit/0 miss", again.stdout.str())
+    assert not pids.exists()
+
+
 def synthetic_summaries(n: int) -> list[dict[str, Any]]:
     """Slim case summaries with a rate, a mean, missing and excluded values, clusters, slices and errors."""
     out = []
