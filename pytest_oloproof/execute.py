@@ -46,7 +46,7 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
     if s.rag is not None:
         target = load_object(s.rag.object, cfg.base_dir, what="system.rag.object")
         cls = target if inspect.isclass(target) else type(target)
-        declared = dict(getattr(cls, "__oloproof_rag__", None) or {})
+        declared = dict(getattr(target, "__oloproof_rag__", None) or {})  # an adapter instance carries its own
         if not callable(getattr(target, "retrieve", None)) or not callable(getattr(target, "generate", None)):
             raise ConfigError(
                 f"{cfg.path}: system.rag.object: {s.rag.object!r} has no retrieve() and generate(); "
