@@ -20,11 +20,11 @@ import sys
 from importlib.metadata import version as dist_version
 
 import bm25s
+import corpus
 import httpx
 import numpy as np
 from bm25s.tokenization import Tokenizer
 
-import corpus
 from pytest_oloproof import Passage, Retrieval, rag_system
 
 ROWS, DIGEST = corpus.load()
@@ -81,7 +81,7 @@ class Index:
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         [tokens] = self.tokenizer.tokenize([query], update_vocab=False, return_as="string", show_progress=False)
-        known = [t for t in tokens if t in self.vocab]
+        known = [t for t in tokens if t and t in self.vocab]  # bm25s maps unknown words to ""
         if not known:
             return []
         scores = self.bm25.get_scores(known)

@@ -19,6 +19,8 @@ import hashlib
 import importlib
 import inspect
 import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -115,20 +117,34 @@ def build() -> list[dict[str, str]]:
     return rows
 
 
+def write(path: Path) -> None:
+    """Build the corpus into `path` (atomically: parallel first runs each write their own file)."""
+    path.parent.mkdir(exist_ok=True)
+    body = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in build())
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(body, encoding="utf-8")
+    tmp.replace(path)
+
+
 def load() -> tuple[list[dict[str, str]], str]:
-    """The corpus (built into corpus/ on first use) and its sha256."""
+    """The corpus (built into corpus/ on first use) and its sha256.
+
+    It is built in a fresh, isolated interpreter: a running program may have replaced
+    standard-library objects (pytest installs its own threading.excepthook, for one),
+    and the corpus must not depend on who asked for it first.
+    """
     path = corpus_path()
     if not path.exists():
-        path.parent.mkdir(exist_ok=True)
-        body = "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in build())
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(body, encoding="utf-8")
-        tmp.replace(path)
+        subprocess.run([sys.executable, "-I", str(Path(__file__).resolve()), "--write", str(path)], check=True)
     data = path.read_bytes()
     rows = [json.loads(line) for line in data.decode("utf-8").splitlines() if line.strip()]
     return rows, hashlib.sha256(data).hexdigest()
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--write"]:
+        write(Path(sys.argv[2]))
+        sys.exit(0)
     rows, digest = load()
-    print(f"{len(rows)} chunks of {len({r['doc_id'] for r in rows})} docstrings, sha256 {digest[:16]} -> {corpus_path()}")
+    docs = len({r["doc_id"] for r in rows})
+    print(f"{len(rows)} chunks of {docs} docstrings, sha256 {digest[:16]} -> {corpus_path()}")

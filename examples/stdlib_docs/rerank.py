@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from app import sentences, words
+
 from pytest_oloproof import Passage
 
 
