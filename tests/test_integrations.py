@@ -334,6 +334,33 @@ def test_llama_index_async_runs_on_the_event_loop(pytester: pytest.Pytester) -> 
     assert all(len(r["output"]["seen"]) == 3 for r in recs.values())
 
 
+def test_token_counts_come_from_the_named_tokenizer(pytester: pytest.Pytester) -> None:
+    """tokenizer=: a LangChain model's get_num_tokens; LlamaIndex's Settings.tokenizer (tiktoken, shipped)."""
+    source = LANGCHAIN_APP + (
+        "\nfrom langchain_core.language_models.fake_chat_models import FakeListChatModel\n"
+        "model = FakeListChatModel(responses=['x'], custom_get_token_ids=lambda text: [0, 1] * len(text.split()))\n"
+        "tokrag = langchain_system(store.as_retriever(), RunnableLambda(_answer), doc_id_key='source',\n"
+        "                          chunk_id_key='chunk', depth=3, token_budget=40, tokenizer=model)\n"
+    )
+    project(pytester, source, attr="tokrag")
+    _, record = run(pytester)
+    for rec in by_id(record).values():
+        assert [c["tokens"] for c in rec["retrieval"]] == [2 * len(c["text"].split()) for c in rec["retrieval"]]
+        assert rec["context"] == [1, 2]  # 18 + 18 tokens fit in 40, the third does not
+
+    source = LLAMA_APP + (
+        "\nfrom llama_index.core import Settings\n"
+        "tokrag = llama_index_system(index, llm=MockLLM(), depth=3, token_budget=40, tokenizer=Settings.tokenizer)\n"
+    )
+    (pytester.path / ".oloproof").rename(pytester.path / "langchain-store")
+    project(pytester, source, attr="tokrag")
+    _, record = run(pytester)
+    from llama_index.core import Settings
+
+    for rec in by_id(record).values():
+        assert [c["tokens"] for c in rec["retrieval"]] == [len(Settings.tokenizer(c["text"])) for c in rec["retrieval"]]
+
+
 # ---------------------------------------------------------------- without the library
 
 
