@@ -55,6 +55,8 @@ store.add_documents(
         "source": f"src{{i // 2}}", "chunk": f"src{{i // 2}}#{{i % 2}}"}})
      for i, t in enumerate(TEXTS)]
 )
+
+
 def _answer(inputs):
     docs = inputs["context"]
     return {{
@@ -377,6 +379,22 @@ def test_importing_an_adapter_without_its_library_names_the_extra(
     with pytest.raises(ImportError, match=rf"pip install 'pytest-oloproof\[{extra}\]'"):
         importlib.import_module(name)
     monkeypatch.delitem(sys.modules, name, raising=False)
+
+
+def test_a_chain_output_holding_documents_is_a_clear_case_error(pytester: pytest.Pytester) -> None:
+    source = LANGCHAIN_APP + (
+        "\nechoes = langchain_system(store.as_retriever(), RunnableLambda(lambda x: dict(x, answer='a')),\n"
+        "                          doc_id_key='source', depth=3)\n"
+        "picked = langchain_system(store.as_retriever(), RunnableLambda(lambda x: dict(x, answer='a')),\n"
+        "                          doc_id_key='source', depth=3, output=lambda r: dict(answer=r['answer']))\n"
+    )
+    project(pytester, source, attr="echoes")
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=8)
+    result.stdout.fnmatch_lines(["*ContractError: the chain's output holds Documents under 'context'*output=*"])
+    project(pytester, source, attr="picked")
+    _, record = run(pytester)
+    assert {r["output"]["answer"] for r in by_id(record).values()} == {"a"}
 
 
 def test_a_document_without_an_id_is_a_clear_case_error(pytester: pytest.Pytester) -> None:

@@ -137,6 +137,14 @@ class LangChainSystem:
         if isinstance(result, BaseMessage):
             return {"answer": _message_text(result)}
         if isinstance(result, Mapping):
+            for key, value in result.items():
+                if isinstance(value, Document) or (
+                    isinstance(value, (list, tuple)) and any(isinstance(v, Document) for v in value)
+                ):
+                    raise ContractError(
+                        f"the chain's output holds Documents under {key!r}; Oloproof records the context itself, "
+                        "so pass output= to keep only what the evaluators read (e.g. {'answer': result['answer']})"
+                    )
             return {k: (_message_text(v) if isinstance(v, BaseMessage) else v) for k, v in result.items()}
         raise ContractError(
             f"the chain returned a {type(result).__name__}; return a str, a message or a mapping, "
