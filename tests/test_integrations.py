@@ -3,7 +3,8 @@
 The pipelines are built from the libraries' own fakes (langchain-core's InMemoryVectorStore with
 DeterministicFakeEmbedding and RunnableLambda; llama-index-core's in-memory VectorStoreIndex,
 MockEmbedding and MockLLM). Every session runs with a conftest that refuses any connection that is
-not to 127.0.0.1, so a library that tried to download something would fail the test.
+not to 127.0.0.1 and notes the attempt, so a library that tried to download something fails the test
+even when it swallows the error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ _connect = socket.socket.connect
 def _loopback_only(self, address):
     host = address[0] if isinstance(address, tuple) else address
     if self.family in (socket.AF_INET, socket.AF_INET6) and host not in ("127.0.0.1", "::1", "localhost"):
+        with open("network-attempts.txt", "a") as f:  # a library may swallow the error; the test still sees it
+            f.write(repr(address) + "\\n")
         raise OSError(f"offline test: a connection to {address!r} was attempted")
     return _connect(self, address)
 
@@ -175,6 +178,8 @@ def imported(pytester: pytest.Pytester, mod: str) -> Any:
 def run(pytester: pytest.Pytester, *args: str) -> tuple[pytest.RunResult, dict[str, Any]]:
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", *args)
     assert result.ret in (0, 1), result.outlines
+    attempts = pytester.path / "network-attempts.txt"
+    assert not attempts.exists(), f"the session tried the network: {attempts.read_text()}"
     return result, run_records(pytester.path / ".oloproof")[-1]
 
 
