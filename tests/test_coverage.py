@@ -15,7 +15,7 @@ from scipy import special, stats
 
 from pytest_oloproof.stats import Interval, mean_interval, paired_mean_diff_interval
 
-REPS = 600
+REPS = 400
 
 
 def _bca(x: np.ndarray, rng: np.random.Generator, resamples: int = 1000) -> tuple[np.ndarray, np.ndarray]:
