@@ -6,10 +6,11 @@ Aaditya Ramdas, Journal of the Royal Statistical Society Series B 86(1), 2024
 on each observation in turn; under that null the wealth is a non-negative
 martingale, so by Ville's inequality it reaches 2/α with probability at most α/2,
 whatever the distribution on [0, 1] and whatever n. The interval is every m whose
-wealth stayed below 2/α, betting both up and down (the "hedged capital" of §4.3,
+wealth stayed below 2/α, betting both up and down (the paper's "hedged capital" with
 θ = 1/2). Bets are the paper's predictable plug-in for a fixed sample size n,
 λ_i = sqrt(2 log(2/α) / (n σ̂²_{i-1})), truncated at c/m (up) and c/(1-m) (down)
-with c = 0.9 (see TRUNCATION), where σ̂² is the regularised running variance of eq. (23).
+with c = 0.9 (see TRUNCATION), where σ̂² is the paper's regularised running variance.
+The largest wealth reached along the sequence counts (Ville's inequality bounds it).
 
 Clusters (the paper's independent observations are then whole clusters): the bet on
 cluster j pays (S_j − m·N_j) / N_max for a cluster of N_j cases summing to S_j, which
@@ -17,9 +18,9 @@ has mean 0 when every case's expected value is m; the cluster sizes are treated 
 fixed by the eval set's design. With N_j = 1 this is exactly the unclustered method.
 
 Both payoffs are monotone in m (wealth betting up never grows as m rises), so each
-bound is the root of a monotone function, found by a bracketing search, vectorised over many samples at
-once (the coverage benchmark reuses it). The search returns the end of its bracket that
-lies just outside the confidence set, so the reported interval always contains the exact one.
+bound is the root of a monotone function, found by a bracketing search vectorised over
+many samples at once (the coverage benchmark reuses it). The search returns the end of
+its bracket just outside the confidence set, so the reported interval contains the exact one.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def betting_bets(x: np.ndarray, alpha: float) -> np.ndarray:
     """Predictable plug-in bets λ_i for each row of ``x`` (values in [0, 1], shape (r, n)).
 
     λ_i uses only x_1..x_{i-1}: regularised mean μ̂_t = (1/2 + Σx)/(t+1) and
-    variance σ̂²_t = (1/4 + Σ(x_i − μ̂_i)²)/(t+1) (WSR 2024, eqs. 23 and 26).
+    variance σ̂²_t = (1/4 + Σ(x_i − μ̂_i)²)/(t+1), as in WSR 2024 and its reference code.
     """
     n = x.shape[1]
     t = np.arange(1, n + 1, dtype=float)
