@@ -127,18 +127,23 @@ def test_rate_interval_clustered_never_narrower_than_exact() -> None:
 # ------------------------------------------------------------------------- means
 
 
-def _reference_wealth(x: list[float], m: float, alpha: float, up: bool) -> float:
+def _reference_wealth(x: list[float], m: float, alpha: float, up: bool, sizes: list[float] | None = None) -> float:
     """The hedged-capital wealth of WSR 2024, one side, written as a plain loop from the paper:
     the largest running wealth of betting up (or down) against mean m with predictable plug-in
-    bets sqrt(2 log(2/alpha) / (n sigma2_{i-1})) truncated at c/m (or c/(1-m))."""
+    bets sqrt(2 log(2/alpha) / (n sigma2_{i-1})) truncated at c/m (or c/(1-m)). With ``sizes``,
+    ``x`` holds cluster sums and each bet pays (sum - m * size) / largest size."""
     n, c = len(x), betting.TRUNCATION
+    sizes = sizes or [1.0] * n
+    top = max(sizes)
     mu_sum, var_sum, var_prev, wealth, best = 0.0, 0.0, 0.25, 1.0, 1.0
-    for i, xi in enumerate(x, start=1):
+    for i, (si, ni) in enumerate(zip(x, sizes, strict=True), start=1):
         lam = math.sqrt(2 * math.log(2 / alpha) / (n * var_prev))
         cap = c / m if up else c / (1 - m)
         bet = min(lam, cap)
-        wealth *= 1 + bet * (xi - m) if up else 1 - bet * (xi - m)
+        pay = (si - m * ni) / top
+        wealth *= 1 + bet * pay if up else 1 - bet * pay
         best = max(best, wealth)
+        xi = si / ni  # the variance estimate reads cluster means
         mu_sum += xi
         mu = (0.5 + mu_sum) / (i + 1)
         var_sum += (xi - mu) ** 2
@@ -146,15 +151,44 @@ def _reference_wealth(x: list[float], m: float, alpha: float, up: bool) -> float
     return best
 
 
+def _check_bounds_against_reference(x: list[float], sizes: list[float] | None = None) -> None:
+    top = max(sizes) if sizes else 1.0
+    arr = np.array([x]) / top
+    size = np.array([sizes]) / top if sizes else np.ones_like(arr)
+    low, high = betting.betting_bounds(arr, size, 0.05)
+    lo, hi = float(low[0]), float(high[0])
+
+    def wealth(m: float, up: bool) -> float:
+        return _reference_wealth(x, m, 0.05, up, sizes)
+
+    # each bound is where the wealth crosses 2/alpha: rejected just outside, kept just inside
+    if lo > 1e-6:
+        assert wealth(lo - 1e-6, True) >= 40.0 > wealth(lo + 1e-6, True)
+    else:
+        assert wealth(1e-6, True) < 40.0
+    if hi < 1 - 1e-6:
+        assert wealth(hi + 1e-6, False) >= 40.0 > wealth(hi - 1e-6, False)
+    else:
+        assert wealth(1 - 1e-6, False) < 40.0
+
+
 def test_betting_bounds_match_a_loop_written_from_the_paper() -> None:
     x = [0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5]
-    arr = np.array([x])
-    low, high = betting.betting_bounds(arr, np.ones_like(arr), 0.05)
-    lo, hi = float(low[0]), float(high[0])
-    assert 0.0 < lo < np.mean(x) < hi < 1.0
-    # each bound is where the wealth crosses 2/alpha: rejected just outside, kept just inside
-    assert _reference_wealth(x, lo - 1e-6, 0.05, up=True) >= 40.0 > _reference_wealth(x, lo + 1e-6, 0.05, up=True)
-    assert _reference_wealth(x, hi + 1e-6, 0.05, up=False) >= 40.0 > _reference_wealth(x, hi - 1e-6, 0.05, up=False)
+    low, high = betting.betting_bounds(np.array([x]), np.ones((1, len(x))), 0.05)
+    assert 0.0 < low[0] < np.mean(x) < high[0] < 1.0
+    _check_bounds_against_reference(x)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_betting_bounds_match_the_loop_on_random_samples(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    draws = [rng.beta(8, 1, n), rng.beta(0.3, 0.3, n), rng.binomial(3, 0.7, n) / 3.0]
+    _check_bounds_against_reference(draws[seed % 3].tolist())
+    # clusters of random sizes: cluster sums and sizes
+    sizes = rng.integers(1, 6, size=int(rng.integers(2, 12))).astype(float)
+    sums = [float(rng.beta(4, 2, int(k)).sum()) for k in sizes]
+    _check_bounds_against_reference(sums, sizes.tolist())
 
 
 def test_mean_interval_is_seeded_betting() -> None:
