@@ -367,16 +367,21 @@ def pairs_needed_without_change(margin: float, confidence: float = 0.95) -> int:
     return n
 
 
-def kappa_interval(agree: int, first_pass: int, second_pass: int, n: int, confidence: float = 0.95) -> Interval:
+def kappa_interval(
+    agree: int, first_pass: int, second_pass: int, n: int, confidence: float = 0.95, *, cells: int = 100
+) -> Interval:
     """Interval for Cohen's kappa of two pass/fail raters on ``n`` items, valid at every n.
 
-    Kappa = (p_o − p_e) / (1 − p_e) with p_e = p₁p₂ + (1 − p₁)(1 − p₂) is a function of three
-    proportions: the agreement p_o and each rater's pass rate p₁, p₂. Each gets a
-    Clopper–Pearson interval at level 1 − α/3, so all three hold at once with probability at
-    least 1 − α (Bonferroni), and the interval is kappa's smallest and largest value over
-    that box (kappa rises with p_o and falls with p_e; p_e is bilinear, so its extremes are
-    at the box's corners). Conservative, never zero-width while n is finite: 5 agreements
-    out of 5 give [-1, 1].
+    Kappa = 1 − (1 − p_o) / (1 − p_e), with p_e = a·b + (1 − a)(1 − b), is a function of three
+    proportions: the agreement p_o and each rater's pass rate a, b. Each gets a Clopper–Pearson
+    interval at level 1 − α/3, so all three hold at once with probability at least 1 − α
+    (Bonferroni); the interval is the range of kappa over that box, restricted to the
+    proportions a 2×2 table can have (|a + b − 1| ≤ p_o ≤ 1 − |a − b|). The range is bounded
+    rigorously cell by cell on a ``cells``×``cells`` grid of (a, b): in each cell the least
+    and largest feasible p_o and 1 − p_e (bilinear, so extreme at the cell's corners) give
+    bounds that hold for every point of the cell, so the result can only be wider than the
+    exact range, never narrower. Conservative, never zero-width: 5 agreements out of 5
+    give about [−0.47, 1].
     """
     _check_confidence(confidence)
     if n <= 0:
@@ -385,15 +390,25 @@ def kappa_interval(agree: int, first_pass: int, second_pass: int, n: int, confid
         raise ValueError(f"counts must be in [0, n], got {agree}, {first_pass}, {second_pass} of {n}")
     each = 1.0 - (1.0 - confidence) / 3.0
     o_low, o_high = clopper_pearson(agree, n, each)
-    a_low, a_high = clopper_pearson(first_pass, n, each)
-    b_low, b_high = clopper_pearson(second_pass, n, each)
-    chance = [a * b + (1 - a) * (1 - b) for a in (a_low, a_high) for b in (b_low, b_high)]
+    a_edges = np.linspace(*clopper_pearson(first_pass, n, each), cells + 1)
+    b_edges = np.linspace(*clopper_pearson(second_pass, n, each), cells + 1)
+    a0, b0 = np.meshgrid(a_edges[:-1], b_edges[:-1], indexing="ij")
+    a1, b1 = np.meshgrid(a_edges[1:], b_edges[1:], indexing="ij")
+    corners = [(a0, b0), (a0, b1), (a1, b0), (a1, b1)]
+    disagree_chance = np.stack([x + y - 2 * x * y for x, y in corners])  # 1 − p_e
+    total = np.stack([x + y - 1 for x, y in corners])
+    gap = np.stack([x - y for x, y in corners])
 
-    def kappa(p_o: float, p_e: float) -> float:
-        if p_e >= 1.0 - 1e-12:
-            return 1.0 if p_o >= 1.0 else -1.0
-        return max(-1.0, min(1.0, (p_o - p_e) / (1.0 - p_e)))
+    def least_abs(v: np.ndarray) -> np.ndarray:  # min of |v| over a cell (0 where v changes sign)
+        out: np.ndarray = np.where((v.min(axis=0) <= 0) & (v.max(axis=0) >= 0), 0.0, np.abs(v).min(axis=0))
+        return out
 
-    low = kappa(o_low, max(chance))
-    high = 1.0 if o_high >= 1.0 else kappa(o_high, min(chance))
-    return Interval(low, high, "bonferroni-clopper-pearson")
+    p_min = np.maximum(o_low, least_abs(total))  # least agreement a table in the cell can have
+    p_max = np.minimum(o_high, 1.0 - least_abs(gap))  # and the most
+    feasible = p_min <= p_max  # the observed proportions' cell always is
+    den_low, den_high = disagree_chance.min(axis=0), disagree_chance.max(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.where(den_low > 0, 1.0 - (1.0 - p_min) / den_low, -1.0)
+        high = np.where(p_max >= 1.0, 1.0, np.where(den_high > 0, 1.0 - (1.0 - p_max) / den_high, 1.0))
+    low, high = np.clip(low, -1.0, 1.0), np.clip(high, -1.0, 1.0)
+    return Interval(float(low[feasible].min()), float(high[feasible].max()), "bonferroni-clopper-pearson")
