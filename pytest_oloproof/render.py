@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .stats import round_outward
+from .usage import budget_line, tokens_line
 
 
 def pct(x: float) -> str:
@@ -135,6 +136,7 @@ def _slice_cell(row: Mapping[str, Any]) -> str:
 def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
     lines = metrics_table(record.get("metrics") or {}, float(record.get("confidence", 0.95)))
     lines += cache_lines(record["cache"])
+    lines += usage_lines(record)
     lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
     errors = (record.get("counts") or {}).get("errors", 0)
     if errors:
@@ -159,8 +161,13 @@ def markdown_summary(record: Mapping[str, Any]) -> str:
     notes = accounting_lines(record.get("metrics") or {})
     if notes:
         out += [f"- {line}" for line in notes] + [""]
-    out += [f"`{line}`  " for line in cache_lines(record["cache"])]
+    out += [f"`{line}`  " for line in cache_lines(record["cache"]) + usage_lines(record)]
     return "\n".join(out) + "\n"
+
+
+def usage_lines(record: Mapping[str, Any]) -> list[str]:
+    """The `Tokens:` line (spent by judges and system, saved by the caches) and the budget line, when there are."""
+    return [line for line in (tokens_line(record.get("usage")), budget_line(record.get("budget"))) if line]
 
 
 def case_line(c: Mapping[str, Any]) -> str:

@@ -1,0 +1,534 @@
+"""Tokens and cost: what judges and stages report, what pricing makes of it, what caches saved, the budget.
+
+Usage travels through one small context API. While Oloproof calls into a
+stage (retrieve, generate, a plain callable, a reranker, count_tokens) or asks a
+judge's provider, a collector is active for that call (a `contextvars` variable,
+so threads and asyncio tasks each see their own); ``report_usage(...)`` adds one
+entry to it. The OpenAI-compatible provider reports each reply's ``usage`` itself;
+hand-written systems, ``provider: python`` judges and framework adapters call
+``pytest_oloproof.report_usage``. Outside an Oloproof call it does nothing.
+
+An entry is one paid call: ``{"model", "input_tokens", "output_tokens",
+"cached_input_tokens"}``; a token count the provider did not report is None
+(unknown), never 0. A judge call whose provider reported nothing is recorded as
+one entry with unknown tokens, so it is counted as a call of unknown usage.
+
+Cached entries keep the usage that produced them; a cache hit counts that usage
+as *saved*. Costs come only from the optional ``pricing:`` table (USD per million
+tokens, per model); without a price a cost is missing, never guessed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
+
+from .errors import OloproofError
+
+Entry = dict[str, Any]
+
+#: the collector of the Oloproof call in progress (None outside one)
+_COLLECTOR: ContextVar[list[Entry] | None] = ContextVar("oloproof_usage", default=None)
+#: the run's budget, while a case is evaluated
+_BUDGET: ContextVar[Budget | None] = ContextVar("oloproof_budget", default=None)
+
+#: stages whose calls the budget may refuse (count_tokens is local by nature)
+PAID_STAGES = frozenset({"call", "retrieve", "generate", "reranker"})
+BUDGET_EXHAUSTED = "budget_exhausted"
+_FIELDS = ("input_tokens", "output_tokens", "cached_input_tokens")
+
+
+class BudgetExhausted(OloproofError):
+    """The run's budget (max_cost / max_judge_calls) refused a new paid call."""
+
+
+# ------------------------------------------------------------------ reporting
+
+
+def _count(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"report_usage: {name} must be a non-negative integer or None, got {value!r}")
+    return value
+
+
+def _from_mapping(usage: Any) -> dict[str, Any]:
+    """Token counts from an OpenAI-style (prompt/completion) or Anthropic-style (input/output) usage object."""
+
+    def get(obj: Any, key: str) -> Any:
+        return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+    inp = get(usage, "prompt_tokens")
+    out = get(usage, "completion_tokens")
+    if inp is None and out is None:
+        inp, out = get(usage, "input_tokens"), get(usage, "output_tokens")
+    cached = get(get(usage, "prompt_tokens_details") or {}, "cached_tokens")
+    if cached is None:
+        cached = get(usage, "cache_read_input_tokens")
+    return {"input_tokens": inp, "output_tokens": out, "cached_input_tokens": cached}
+
+
+def make_entry(
+    model: str | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cached_input_tokens: int | None = None,
+) -> Entry:
+    """One validated usage entry (counts are non-negative ints, or None when unknown)."""
+    return {
+        "model": None if model is None else str(model),
+        "input_tokens": _count("input_tokens", input_tokens),
+        "output_tokens": _count("output_tokens", output_tokens),
+        "cached_input_tokens": _count("cached_input_tokens", cached_input_tokens),
+    }
+
+
+def report_usage(
+    *,
+    model: str | None = None,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+    cached_input_tokens: int | None = None,
+    usage: Any = None,
+) -> bool:
+    """Report one paid call (a chat completion, an embedding request) made by the current stage or judge.
+
+    Call it from `retrieve`, `generate`, a plain system callable or a `provider: python`
+    judge function, once per model call; ``usage=`` takes a provider's usage object or
+    mapping (``prompt_tokens``/``completion_tokens`` or ``input_tokens``/``output_tokens``)
+    instead of the counts. Leave a count you do not know as None: it is shown as unknown.
+    Returns False (and records nothing) outside a call Oloproof is making.
+    """
+    collector = _COLLECTOR.get()
+    if collector is None:
+        return False
+    counts: dict[str, Any] = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cached_input_tokens": cached_input_tokens,
+    }
+    if usage is not None:
+        for k, v in _from_mapping(usage).items():
+            if counts[k] is None:
+                counts[k] = v
+    collector.append(make_entry(model, **counts))
+    return True
+
+
+@contextmanager
+def collect() -> Iterator[list[Entry]]:
+    """Collect the usage reported inside the block (nested blocks keep their own)."""
+    got: list[Entry] = []
+    token = _COLLECTOR.set(got)
+    try:
+        yield got
+    finally:
+        _COLLECTOR.reset(token)
+
+
+def _forward(entries: Iterable[Entry]) -> None:
+    outer = _COLLECTOR.get()
+    if outer is not None:
+        outer.extend(entries)
+
+
+@contextmanager
+def using_budget(budget: Budget | None) -> Iterator[None]:
+    """Make `budget` the one judge calls inside the block reserve from."""
+    token = _BUDGET.set(budget)
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+@contextmanager
+def judge_call(model: str | None) -> Iterator[None]:
+    """One judge request: reserved from the budget before it is sent, its usage collected after.
+
+    Raises BudgetExhausted (sending nothing) when the budget refuses. A provider that
+    reported no usage leaves one entry with unknown tokens: the call happened, its size
+    is not known.
+    """
+    budget = _BUDGET.get()
+    ticket = budget.reserve("judge") if budget is not None else None
+    got: list[Entry] = []
+    token = _COLLECTOR.set(got)
+    answered = False
+    try:
+        yield
+        answered = True
+    finally:
+        _COLLECTOR.reset(token)
+        entries = list(got) if got or not answered else [make_entry(model)]
+        _forward(entries)
+        if budget is not None and ticket is not None:
+            budget.settle(ticket, entries)
+
+
+def model_of(identity: Mapping[str, Any]) -> str | None:
+    model = identity.get("model")
+    return None if model is None else str(model)
+
+
+# ------------------------------------------------------------------ pricing
+
+
+def entry_cost(entry: Mapping[str, Any], pricing: Mapping[str, Mapping[str, Any]] | None) -> float | None:
+    """USD for one entry, or None (no price for its model, or a token count unknown)."""
+    if not pricing:
+        return None
+    price = pricing.get(entry.get("model") or "")
+    inp, out = entry.get("input_tokens"), entry.get("output_tokens")
+    if price is None or inp is None or out is None:
+        return None
+    return _cost_of_row([1, int(inp), int(out), int(entry.get("cached_input_tokens") or 0), 0, 1], price)
+
+
+# ------------------------------------------------------------------ tallies
+
+
+def _tally_into(tally: dict[str, list[int]], entries: Iterable[Mapping[str, Any]]) -> None:
+    """Per model: [calls, input, output, cached, calls with unknown tokens, calls reporting cached]."""
+    for e in entries:
+        row = tally.setdefault(e.get("model") or "", [0, 0, 0, 0, 0, 0])
+        row[0] += 1
+        inp, out = e.get("input_tokens"), e.get("output_tokens")
+        if inp is None or out is None:
+            row[4] += 1
+        else:
+            row[1] += int(inp)
+            row[2] += int(out)
+        if e.get("cached_input_tokens") is not None:
+            row[3] += int(e["cached_input_tokens"])
+            row[5] += 1
+
+
+def _merge(into: dict[str, list[int]], other: Mapping[str, Sequence[int]]) -> None:
+    for model, row in other.items():
+        have = into.setdefault(model, [0] * 6)
+        for i, v in enumerate(row):
+            have[i] += int(v)
+
+
+def case_tallies(rec: Mapping[str, Any]) -> dict[str, dict[str, list[int]]] | None:
+    """A case's usage reduced to per-model counts: spent and saved, judges and system (None when empty)."""
+    usage = rec.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+    saved = usage.get("saved") or {}
+    out: dict[str, dict[str, list[int]]] = {}
+    for name, groups in (
+        ("judges", usage.get("judges")),
+        ("system", usage.get("stages")),
+        ("saved_judges", saved.get("judges")),
+        ("saved_system", saved.get("stages")),
+    ):
+        if groups:
+            tally: dict[str, list[int]] = {}
+            for entries in groups.values():
+                _tally_into(tally, entries)
+            out[name] = tally
+    return out or None
+
+
+def source_summary(tally: Mapping[str, Sequence[int]], pricing: Mapping[str, Any] | None) -> dict[str, Any]:
+    """{"calls", "input_tokens", "output_tokens", "cached_input_tokens", "unknown_calls", "cost", ...}.
+
+    Token totals are None when no call reported them; `cost` is None with a
+    `cost_missing` reason unless every call has known tokens and a priced model.
+    """
+    calls = sum(r[0] for r in tally.values())
+    unknown = sum(r[4] for r in tally.values())
+    known = calls - unknown
+    out: dict[str, Any] = {
+        "calls": calls,
+        "input_tokens": sum(r[1] for r in tally.values()) if known or not calls else None,
+        "output_tokens": sum(r[2] for r in tally.values()) if known or not calls else None,
+        "cached_input_tokens": sum(r[3] for r in tally.values()) if any(r[5] for r in tally.values()) else None,
+        "unknown_calls": unknown,
+    }
+    cost, missing = 0.0, None
+    models: dict[str, Any] = {}
+    for model, r in sorted(tally.items()):
+        m_cost = None
+        price = (pricing or {}).get(model) if model else None
+        if price is not None and not r[4]:
+            m_cost = _cost_of_row(r, price)
+        models[model or "(unnamed)"] = {
+            "calls": r[0],
+            "input_tokens": r[1] if r[0] > r[4] else None,
+            "output_tokens": r[2] if r[0] > r[4] else None,
+            "unknown_calls": r[4],
+            "cost": m_cost,
+        }
+        if m_cost is None:
+            missing = missing or ("no_pricing" if not pricing else ("usage_unknown" if r[4] else "unpriced_model"))
+        else:
+            cost += m_cost
+    out["cost"] = None if missing or not pricing else cost
+    if out["cost"] is None and calls:
+        out["cost_missing"] = missing or "no_pricing"
+    out["models"] = models
+    return out
+
+
+def _cost_of_row(r: Sequence[int], price: Mapping[str, Any]) -> float:
+    cached = r[3] if price.get("cached_input") is not None else 0
+    cached = min(cached, r[1])
+    total = (
+        (r[1] - cached) * float(price["input"])
+        + cached * float(price.get("cached_input") or 0.0)
+        + r[2] * float(price["output"])
+    )
+    return total / 1_000_000
+
+
+def summarize(cases: Iterable[Mapping[str, Any]], pricing: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The run's `usage` object from slim cases (their `usage` tallies); None when nothing was reported."""
+    totals: dict[str, dict[str, list[int]]] = {}
+    for c in cases:
+        for name, tally in (c.get("usage") or {}).items():
+            _merge(totals.setdefault(name, {}), tally)
+    if not totals:
+        return None
+    judges = source_summary(totals.get("judges", {}), pricing)
+    system = source_summary(totals.get("system", {}), pricing)
+    sj = source_summary(totals.get("saved_judges", {}), pricing)
+    ss = source_summary(totals.get("saved_system", {}), pricing)
+    return {
+        "judges": judges,
+        "system": system,
+        "saved": {
+            "judges": sj,
+            "system": ss,
+            "calls": sj["calls"] + ss["calls"],
+            "tokens": _tokens(sj, ss),
+            "cost": _sum_costs(sj, ss),
+        },
+        "priced": bool(pricing),
+    }
+
+
+def _tokens(*sources: Mapping[str, Any]) -> int | None:
+    total = 0
+    for s in sources:
+        if not s["calls"]:
+            continue
+        if s["input_tokens"] is None or s["output_tokens"] is None:
+            return None
+        total += s["input_tokens"] + s["output_tokens"]
+    return total
+
+
+def _sum_costs(*sources: Mapping[str, Any]) -> float | None:
+    total = 0.0
+    for s in sources:
+        if not s["calls"]:
+            continue
+        if s.get("cost") is None:
+            return None
+        total += s["cost"]
+    return total
+
+
+def case_cost(rec: Mapping[str, Any], pricing: Mapping[str, Any] | None, *, include_saved: bool = True) -> float | None:
+    """What one case cost (spent, plus what its cache hits had cost when `include_saved`); None if unknown."""
+    tallies = case_tallies(rec) or {}
+    names = ("judges", "system", "saved_judges", "saved_system") if include_saved else ("judges", "system")
+    total = 0.0
+    for name in names:
+        tally = tallies.get(name)
+        if not tally:
+            continue
+        cost = source_summary(tally, pricing).get("cost")
+        if cost is None:
+            return None
+        total += cost
+    return total if pricing else None
+
+
+# ------------------------------------------------------------------ text
+
+
+def fmt_int(n: int) -> str:
+    return f"{n:,}"
+
+
+def fmt_cost(cost: float) -> str:
+    """Dollars, with enough digits that a small test run does not print $0.00."""
+    if cost == 0:
+        return "$0"
+    if cost >= 0.01:
+        return f"${cost:,.2f}"
+    return f"${cost:.2g}" if cost >= 1e-6 else "<$0.000001"
+
+
+def _source_text(name: str, s: Mapping[str, Any]) -> str:
+    calls = s["calls"]
+    head = f"{name} {fmt_int(calls)} call{'s' if calls != 1 else ''}"
+    if s["input_tokens"] is None:
+        return f"{head}, tokens unknown (not reported)"
+    text = f"{head}, {fmt_int(s['input_tokens'])} in / {fmt_int(s['output_tokens'])} out"
+    if s.get("cached_input_tokens"):
+        text += f" ({fmt_int(s['cached_input_tokens'])} cached in)"
+    if s["unknown_calls"]:
+        text += f" + {s['unknown_calls']} call(s) of unknown usage"
+    if s.get("cost") is not None:
+        text += f", ~{fmt_cost(s['cost'])}"
+    elif s.get("cost_missing") == "unpriced_model":
+        text += " (a model has no price)"
+    return text
+
+
+def tokens_line(usage: Mapping[str, Any] | None) -> str | None:
+    """`Tokens: judges …; system …; saved …` (None when the run reported no usage at all)."""
+    if not usage:
+        return None
+    parts = []
+    judges, system, saved = usage["judges"], usage["system"], usage["saved"]
+    parts.append(_source_text("judges", judges) if judges["calls"] else "judges none")
+    parts.append(_source_text("system", system) if system["calls"] else "system none reported")
+    if saved["calls"]:
+        what = []
+        if saved["judges"]["calls"]:
+            what.append(f"{fmt_int(saved['judges']['calls'])} judge call{'s' if saved['judges']['calls'] != 1 else ''}")
+        if saved["system"]["calls"]:
+            n = saved["system"]["calls"]
+            what.append(f"{fmt_int(n)} system call{'s' if n != 1 else ''}")
+        tokens = saved["tokens"]
+        what.append("tokens unknown" if tokens is None else f"{fmt_int(tokens)} tokens")
+        if saved["cost"] is not None:
+            what.append(f"~{fmt_cost(saved['cost'])}")
+        parts.append("saved " + ", ".join(what))
+    else:
+        parts.append("saved nothing")
+    line = "Tokens: " + "; ".join(parts)
+    if not usage.get("priced"):
+        line += " (no pricing: table, cost not computed)"
+    return line
+
+
+# ------------------------------------------------------------------ the budget guard
+
+
+class Ticket:
+    """One reserved call: what it was expected to cost while in flight."""
+
+    __slots__ = ("estimate", "kind")
+
+    def __init__(self, kind: str, estimate: float) -> None:
+        self.kind, self.estimate = kind, estimate
+
+
+class Budget:
+    """max_cost / max_judge_calls for one run, shared by every thread and task of the process.
+
+    A call is reserved before it is sent: a judge call only while fewer than
+    `max_judge_calls` were issued; any paid call only while the cost spent plus the
+    expected cost of the calls in flight (each as the dearest call of its kind so far)
+    leaves room for it under `max_cost`. A refused call is never sent, and once one
+    is refused no later call of that budget is issued.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_cost: float | None = None,
+        max_judge_calls: int | None = None,
+        pricing: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.max_cost = max_cost
+        self.max_judge_calls = max_judge_calls
+        self.pricing = dict(pricing or {})
+        self._lock = threading.Lock()
+        self.judge_calls = 0
+        self.spent = 0.0
+        self._in_flight = 0.0
+        self._dearest: dict[str, float] = {}
+        self.refused = 0
+        self.stopped_by: str | None = None
+
+    def reserve(self, kind: str) -> Ticket:
+        """Reserve one call of `kind` ("judge" or a stage name); raises BudgetExhausted when refused."""
+        with self._lock:
+            if self.stopped_by is None:
+                if kind == "judge" and self.max_judge_calls is not None and self.judge_calls >= self.max_judge_calls:
+                    self.stopped_by = "max_judge_calls"
+            if self.max_cost is not None and self.stopped_by != "max_cost":
+                estimate = self._dearest.get(kind, 0.0)
+                if self.spent >= self.max_cost or self.spent + self._in_flight + estimate > self.max_cost:
+                    self.stopped_by = "max_cost"
+            if self.stopped_by == "max_cost" or (kind == "judge" and self.stopped_by == "max_judge_calls"):
+                self.refused += 1
+                raise BudgetExhausted(self.describe())
+            estimate = self._dearest.get(kind, 0.0) if self.max_cost is not None else 0.0
+            if kind == "judge":
+                self.judge_calls += 1
+            self._in_flight += estimate
+            return Ticket(kind, estimate)
+
+    def settle(self, ticket: Ticket, entries: Sequence[Mapping[str, Any]]) -> None:
+        """Replace a reservation by what the call cost (entries of unknown cost count as 0)."""
+        cost = sum(entry_cost(e, self.pricing) or 0.0 for e in entries)
+        with self._lock:
+            self._in_flight -= ticket.estimate
+            self.spent += cost
+            if cost > self._dearest.get(ticket.kind, 0.0):
+                self._dearest[ticket.kind] = cost
+
+    def describe(self) -> str:
+        if self.stopped_by == "max_judge_calls":
+            return f"budget exhausted: max_judge_calls {self.max_judge_calls} reached"
+        return f"budget exhausted: max_cost ~{fmt_cost(self.max_cost or 0.0)} reached (spent ~{fmt_cost(self.spent)})"
+
+    def settings(self) -> dict[str, Any]:
+        return {"max_cost": self.max_cost, "max_judge_calls": self.max_judge_calls}
+
+
+def budget_summary(cases: Iterable[Mapping[str, Any]], settings: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The record's `budget` object: the limits, and which cases it left unjudged or unexecuted."""
+    if not settings or (settings.get("max_cost") is None and settings.get("max_judge_calls") is None):
+        return None
+    not_executed: list[str] = []
+    not_judged: list[str] = []
+    criteria = 0
+    for c in cases:
+        err = c.get("error") or {}
+        hit = [n for n, v in (c.get("criteria") or {}).items() if v.get("reason") == BUDGET_EXHAUSTED]
+        criteria += len(hit)
+        if err.get("reason") == BUDGET_EXHAUSTED:
+            not_executed.append(c["id"])
+        elif hit:
+            not_judged.append(c["id"])
+    return {
+        "max_cost": settings.get("max_cost"),
+        "max_judge_calls": settings.get("max_judge_calls"),
+        "exhausted": bool(not_executed or not_judged),
+        "cases_not_executed": sorted(not_executed),
+        "cases_not_judged": sorted(not_judged),
+        "criteria_missing": criteria,
+    }
+
+
+def budget_line(budget: Mapping[str, Any] | None) -> str | None:
+    if not budget or not budget.get("exhausted"):
+        return None
+    limits = []
+    if budget.get("max_judge_calls") is not None:
+        limits.append(f"max_judge_calls {budget['max_judge_calls']}")
+    if budget.get("max_cost") is not None:
+        limits.append(f"max_cost ~{fmt_cost(float(budget['max_cost']))}")
+    parts = []
+    if budget["cases_not_judged"]:
+        parts.append(f"{len(budget['cases_not_judged'])} case(s) not fully judged")
+    if budget["cases_not_executed"]:
+        parts.append(f"{len(budget['cases_not_executed'])} case(s) not executed")
+    return (
+        f"Budget: the budget ({', '.join(limits)}) stopped the run: {', '.join(parts)}; "
+        f"{budget['criteria_missing']} criterion value(s) missing ({BUDGET_EXHAUSTED})"
+    )
