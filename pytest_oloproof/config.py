@@ -156,18 +156,30 @@ def close_spelling(word: str, choices: Sequence[str]) -> str:
 def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
     """Valid key names at a location, for spelling suggestions."""
     current: Any = model
+    keyed = False  # the previous key holds a mapping of free keys to models (e.g. pricing: {MODEL: ...})
     for part in loc:
         if isinstance(part, int):
+            continue
+        if keyed:
+            keyed = False
             continue
         field = getattr(current, "model_fields", {}).get(part)
         if field is None:
             return []
         ann = field.annotation
+        keyed = _is_mapping_of_models(ann)
         current = _model_in(ann)
         if current is None:
             return []
     fields = getattr(current, "model_fields", {})
     return [f.alias or name for name, f in fields.items()]
+
+
+def _is_mapping_of_models(ann: Any) -> bool:
+    """dict[str, Model] (optionally | None): its keys are the user's, its values are models."""
+    if getattr(ann, "__origin__", None) is dict:
+        return _model_in(ann) is not None
+    return any(_is_mapping_of_models(a) for a in getattr(ann, "__args__", ()) or ())
 
 
 def _model_in(ann: Any) -> Any:

@@ -217,6 +217,8 @@ class CaseItem(pytest.Function):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
+            if err.get("reason") == "budget_exhausted":  # nothing failed: the run's budget stopped it
+                head = f"case {exc.case_id!r}: not executed, the run's budget stopped it; every criterion is missing"
             return f"{head}\n{tb}{err.get('message', '')}".rstrip()
         return super().repr_failure(excinfo)
 

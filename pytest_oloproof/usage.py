@@ -20,6 +20,7 @@ tokens, per model); without a price a cost is missing, never guessed.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -365,7 +366,10 @@ def fmt_cost(cost: float) -> str:
         return "$0"
     if cost >= 0.01:
         return f"${cost:,.2f}"
-    return f"${cost:.2g}" if cost >= 1e-6 else "<$0.000001"
+    if cost < 1e-9:
+        return "<$0.000000001"
+    digits = 1 - math.floor(math.log10(cost))  # two significant digits, never an exponent
+    return f"${cost:.{digits}f}"
 
 
 def _source_text(name: str, s: Mapping[str, Any]) -> str:
