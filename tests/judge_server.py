@@ -45,7 +45,6 @@ class Reply:
         """A chat reply carrying a judge verdict as JSON."""
         return cls.chat(json.dumps({"verdict": verdict, "rationale": rationale}), usage=usage, **kw)
 
-
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
             return self.body
@@ -156,7 +155,11 @@ class ScriptedServer:
 
 def openai_usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
     """A chat-completions `usage` object as OpenAI sends it (cached tokens under prompt_tokens_details)."""
-    out: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
     if cached is not None:
         out["prompt_tokens_details"] = {"cached_tokens": cached}
     return out

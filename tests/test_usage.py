@@ -438,7 +438,9 @@ store: .store
 def test_max_judge_calls_stops_the_run_mid_way_at_concurrency_4(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cases = [{"id": f"c{i:02d}", "input": {"q": f"refund case {i}"}, "expected": {"answer": "14 days"}} for i in range(9)]
+    cases = [
+        {"id": f"c{i:02d}", "input": {"q": f"refund case {i}"}, "expected": {"answer": "14 days"}} for i in range(9)
+    ]
     with ScriptedServer(responder=_respond()) as server:
         monkeypatch.setenv("JUDGE_URL", server.base_url)
         _project(pytester, "max_judge_calls: 5", cases=cases)
