@@ -267,9 +267,9 @@ def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _usage_tallies(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """`usage`: the case's per-model call and token counts (spent and saved), when it reported any."""
+    """`usage_tally`: the case's per-model call and token counts (spent and saved), when it reported any."""
     tallies = usage.case_tallies(rec)
-    return {"usage": tallies} if tallies else {}
+    return {"usage_tally": tallies} if tallies else {}
 
 
 _SHARED: dict[tuple[Any, ...], dict[str, Any]] = {}

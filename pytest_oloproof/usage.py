@@ -217,7 +217,12 @@ def _merge(into: dict[str, list[int]], other: Mapping[str, Sequence[int]]) -> No
 
 
 def case_tallies(rec: Mapping[str, Any]) -> dict[str, dict[str, list[int]]] | None:
-    """A case's usage reduced to per-model counts: spent and saved, judges and system (None when empty)."""
+    """A case's usage reduced to per-model counts: spent and saved, judges and system (None when empty).
+
+    Takes a full case record (its `usage` entries) or a slim one (its `usage_tally`).
+    """
+    if isinstance(rec.get("usage_tally"), Mapping):
+        return dict(rec["usage_tally"])
     usage = rec.get("usage")
     if not isinstance(usage, Mapping):
         return None
@@ -290,10 +295,10 @@ def _cost_of_row(r: Sequence[int], price: Mapping[str, Any]) -> float:
 
 
 def summarize(cases: Iterable[Mapping[str, Any]], pricing: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The run's `usage` object from slim cases (their `usage` tallies); None when nothing was reported."""
+    """The run's `usage` object from case records (full or slim); None when nothing was reported."""
     totals: dict[str, dict[str, list[int]]] = {}
     for c in cases:
-        for name, tally in (c.get("usage") or {}).items():
+        for name, tally in (case_tallies(c) or {}).items():
             _merge(totals.setdefault(name, {}), tally)
     if not totals:
         return None
@@ -536,3 +541,95 @@ def budget_line(budget: Mapping[str, Any] | None) -> str | None:
         f"Budget: the budget ({', '.join(limits)}) stopped the run: {', '.join(parts)}; "
         f"{budget['criteria_missing']} criterion value(s) missing ({BUDGET_EXHAUSTED})"
     )
+
+
+# ------------------------------------------------------------------ comparisons and diagnoses
+
+
+def case_tokens(rec: Mapping[str, Any], *, include_saved: bool = True) -> int | None:
+    """Input plus output tokens of a case (spent, and saved when asked); None when a call's are unknown."""
+    tallies = case_tallies(rec) or {}
+    names = ("judges", "system", "saved_judges", "saved_system") if include_saved else ("judges", "system")
+    total = 0
+    for name in names:
+        for row in (tallies.get(name) or {}).values():
+            if row[4]:
+                return None
+            total += row[1] + row[2]
+    return total
+
+
+def compare_costs(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What each paired case cost to evaluate in each run, and the difference (None when neither run has usage).
+
+    A case's cost counts its cache hits at the cost recorded with them, so a re-run served
+    by the cache compares as what the configuration costs, not as free. Both runs are priced
+    with one table (the candidate's, else the baseline's), so the difference is usage, not prices.
+    """
+    cand = {c["id"]: c for c in candidate.get("cases") or []}
+    base = {c["id"]: c for c in baseline.get("cases") or []}
+    if not any(case_tallies(c) for c in (*cand.values(), *base.values())):
+        return None
+    pricing = candidate.get("pricing") or baseline.get("pricing")
+    source = "candidate" if candidate.get("pricing") else ("baseline" if baseline.get("pricing") else None)
+    rows: dict[str, dict[str, Any]] = {}
+    sums: dict[str, dict[str, float | int | None]] = {
+        side: {"cost": 0.0 if pricing else None, "tokens": 0} for side in ("candidate", "baseline")
+    }
+    for cid in sorted(set(cand) & set(base)):
+        row: dict[str, Any] = {}
+        for side, rec in (("candidate", cand[cid]), ("baseline", base[cid])):
+            cost, tokens = case_cost(rec, pricing), case_tokens(rec)
+            row[side] = {"cost": cost, "tokens": tokens}
+            total = sums[side]
+            total["cost"] = None if cost is None or total["cost"] is None else float(total["cost"]) + cost
+            total["tokens"] = None if tokens is None or total["tokens"] is None else int(total["tokens"]) + tokens
+        row["difference"] = {k: _diff(row["candidate"][k], row["baseline"][k]) for k in ("cost", "tokens")}
+        rows[cid] = row
+    paired = len(rows)
+    difference = {k: _diff(sums["candidate"][k], sums["baseline"][k]) for k in ("cost", "tokens")}
+    per_case = {k: (None if v is None or not paired else v / paired) for k, v in difference.items()}
+    return {
+        "pricing_from": source,
+        "paired": paired,
+        "candidate": sums["candidate"],
+        "baseline": sums["baseline"],
+        "difference": difference,
+        "difference_per_case": per_case,
+        "cases": rows,
+    }
+
+
+def _diff(a: float | int | None, b: float | int | None) -> float | int | None:
+    return None if a is None or b is None else a - b
+
+
+def _signed_cost(x: float) -> str:
+    return ("+" if x >= 0 else "-") + fmt_cost(abs(x))
+
+
+def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
+    """The comparison's cost line: totals over the paired cases and the difference per case."""
+    if not cost or not cost.get("paired"):
+        return []
+    c, b, d, per = cost["candidate"], cost["baseline"], cost["difference"], cost["difference_per_case"]
+    if d["cost"] is not None:
+        return [
+            f"Cost of the {cost['paired']} paired cases (cache hits at their recorded cost): "
+            f"candidate ~{fmt_cost(c['cost'])}, baseline ~{fmt_cost(b['cost'])}, "
+            f"difference {_signed_cost(d['cost'])} ({_signed_cost(per['cost'])} per case)"
+        ]
+    if d["tokens"] is not None:
+        return [
+            f"Tokens of the {cost['paired']} paired cases (cost not computed: no pricing: table or an unpriced "
+            f"model): candidate {fmt_int(c['tokens'])}, baseline {fmt_int(b['tokens'])}, "
+            f"difference {d['tokens']:+,} ({per['tokens']:+,.1f} per case)"
+        ]
+    return [f"Cost of the {cost['paired']} paired cases: unknown (a provider did not report usage)"]
+
+
+def child_runs_line(cases: Iterable[Mapping[str, Any]], pricing: Mapping[str, Any] | None) -> str | None:
+    """What a diagnosis's re-execution spent (its child runs' usage), as a `Re-execution tokens:` line."""
+    summary = summarize(cases, pricing)
+    line = tokens_line(summary)
+    return None if line is None else "Re-execution tokens:" + line.removeprefix("Tokens:")

@@ -17,6 +17,7 @@ from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.base import ContextPassage, EvalInput
 from pytest_oloproof.evaluators.judges import GroundednessJudge
 from pytest_oloproof.providers import OpenAIProvider
+from pytest_oloproof.store import Store
 from tests.judge_server import Recorded, Reply, ScriptedServer, openai_usage
 
 # ------------------------------------------------------------------ the context API
@@ -104,9 +105,7 @@ def test_unknown_usage_is_never_zero() -> None:
     s = usage.source_summary(tally, PRICING)
     assert (s["calls"], s["input_tokens"], s["output_tokens"], s["cost"]) == (2, None, None, None)
     assert s["cost_missing"] == "usage_unknown"
-    line = usage.tokens_line(
-        usage.summarize([{"usage": {"judges": tally}}], PRICING)  # type: ignore[arg-type]
-    )
+    line = usage.tokens_line(usage.summarize([{"usage_tally": {"judges": tally}}], PRICING))
     assert line == "Tokens: judges 2 calls, tokens unknown (not reported); system none reported; saved nothing"
 
 
@@ -510,3 +509,74 @@ def test_max_cost_stops_system_and_judge_calls(pytester: pytest.Pytester, monkey
             "1 case(s) not fully judged, 3 case(s) not executed; 7 criterion value(s) missing (budget_exhausted)"
         ]
     )
+
+
+def test_diagnosis_says_what_its_re_execution_cost(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    gold = [{"doc_id": "g", "text": "Plans renew monthly."}]
+    cases = [
+        CASES[0],
+        {"id": "renew", "input": {"q": "renewal"}, "expected": {"answer": "monthly", "gold_context": gold}},
+    ]
+    with ScriptedServer(responder=_respond()) as server:
+        monkeypatch.setenv("JUDGE_URL", server.base_url)
+        _project(pytester, PRICING_YAML, cases=cases)
+        pytester.runpytest("--oloproof").assert_outcomes(passed=1, failed=1)
+        run_id = Store(pytester.path / ".store").run_ids()[0]
+        before = len(server.requests)
+        result = pytester.runpytest(
+            "--oloproof",
+            "--oloproof-diagnose",
+            run_id,
+            "--oloproof-criterion",
+            "answer_correct",
+            "--oloproof-report",
+            "d.json",
+        )
+        assert len(server.requests) - before == 2  # the control's judgment and the gold context's
+    doc = json.loads((pytester.path / "d.json").read_text())
+    assert doc["counts"]["recovered"] == 1  # the gold passage put "monthly" in the answer
+    u = doc["usage"]
+    q = "renewal"
+    control_answer, gold_answer = "Plans renew yearly. (renewal)", "Plans renew monthly. (renewal)"
+    assert u["judges"]["calls"] == 2
+    assert u["judges"]["input_tokens"] == _judge_tokens(control_answer)[0] + _judge_tokens(gold_answer)[0]
+    # the control re-ran retrieval and generation; the gold-context run only generation
+    assert u["system"]["models"]["emb-m"]["calls"] == 1 and u["system"]["models"]["gen-m"]["calls"] == 2
+    assert u["system"]["input_tokens"] == len(q) + 2 * (40 + len(q))
+    cost = _judge_cost(control_answer) + _judge_cost(gold_answer) + 2 * _system_cost(q)
+    cost -= (len(q) * 0.02) / 1e6  # the gold-context run made no embedding call
+    assert u["judges"]["cost"] + u["system"]["cost"] == pytest.approx(cost, abs=1e-12)
+    result.stdout.fnmatch_lines(["Re-execution tokens: judges 2 calls, * ~$*; system 3 calls, *"])
+
+
+def test_comparison_reports_the_cost_difference_per_case(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pytest_oloproof.compare import render, run_comparison
+
+    with ScriptedServer(responder=_respond()) as server:
+        monkeypatch.setenv("JUDGE_URL", server.base_url)
+        metered = SYSTEM.replace('"completion_tokens": 6', '"completion_tokens": int(os.environ.get("GEN_OUT", 6))')
+        _project(pytester, PRICING_YAML)
+        pytester.makepyfile(sys_metered="import os\n" + metered)
+        pytester.runpytest("--oloproof").assert_outcomes(passed=4)
+        cfg = pytester.path / "oloproof.yaml"
+        cfg.write_text(cfg.read_text().replace('"sys_metered:Metered"}', '"sys_metered:Metered", version: "2"}'))
+        monkeypatch.setenv("GEN_OUT", "16")  # the new generation writes 10 more tokens per answer
+        pytester.runpytest("--oloproof").assert_outcomes(passed=4)
+    store = Store(pytester.path / ".store")
+    candidate, baseline = store.run_ids()[:2]
+    doc_id, doc = run_comparison(store, candidate, baseline)
+    cost = doc["cost"]
+    extra = 10 * 0.6 / 1e6  # per case: 10 output tokens of gen-m at $0.60 per million
+    assert cost["pricing_from"] == "candidate" and cost["paired"] == 4
+    assert cost["difference_per_case"]["cost"] == pytest.approx(extra, abs=1e-15)
+    assert cost["difference"]["tokens"] == 40
+    for cid in ANSWERS:
+        row = cost["cases"][cid]
+        assert row["difference"]["cost"] == pytest.approx(extra, abs=1e-15) and row["difference"]["tokens"] == 10
+        # the candidate's judge verdicts came from the cache, but count at the cost recorded with them
+        want = _judge_cost(ANSWERS[cid]) + _system_cost(CASES[[c["id"] for c in CASES].index(cid)]["input"]["q"])
+        assert row["baseline"]["cost"] == pytest.approx(want, abs=1e-12)
+    line = next(x for x in render(doc, doc_id) if x.startswith("Cost of the 4 paired cases"))
+    assert line.endswith("difference +$0.000024 (+$0.0000060 per case)")
