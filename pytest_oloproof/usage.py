@@ -25,6 +25,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
 from .errors import OloproofError
@@ -440,8 +441,12 @@ class Budget:
     A call is reserved before it is sent: a judge call only while fewer than
     `max_judge_calls` were issued; any paid call only while the cost spent plus the
     expected cost of the calls in flight (each as the dearest call of its kind so far)
-    leaves room for it under `max_cost`. A refused call is never sent, and once one
-    is refused no later call of that budget is issued.
+    leaves room for it under `max_cost`. A refused call is never sent, and once
+    `max_cost` refuses one no later paid call is issued (`max_judge_calls` stops judges only).
+
+    `share(directory)` moves the counts into a diskcache ledger, so the pytest-xdist
+    workers of one session reserve from one budget (each reservation is one SQLite
+    transaction, serialised across processes).
     """
 
     def __init__(
@@ -455,48 +460,101 @@ class Budget:
         self.max_judge_calls = max_judge_calls
         self.pricing = dict(pricing or {})
         self._lock = threading.Lock()
-        self.judge_calls = 0
-        self.spent = 0.0
-        self._in_flight = 0.0
-        self._dearest: dict[str, float] = {}
-        self.refused = 0
-        self.stopped_by: str | None = None
+        self._memory: dict[str, Any] = _fresh_state()
+        self._ledger: Any = None  # a diskcache.Cache once shared
+
+    def share(self, directory: Path) -> None:
+        """Keep the counts in a ledger under `directory`, shared with other processes of the session."""
+        from .cache import open_diskcache
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self._ledger = open_diskcache(directory)
+
+    def close(self) -> None:
+        if self._ledger is not None:
+            self._ledger.close()
+
+    @contextmanager
+    def _state(self) -> Iterator[dict[str, Any]]:
+        """The counts, read and written atomically (never raise inside: a raise would roll the write back)."""
+        with self._lock:
+            ledger = self._ledger
+            if ledger is None:
+                yield self._memory
+                return
+            with ledger.transact(retry=True):
+                state = ledger.get("state") or _fresh_state()
+                yield state
+                ledger.set("state", state, retry=True)
+
+    def _read(self) -> dict[str, Any]:
+        with self._state() as state:
+            return dict(state)
+
+    @property
+    def judge_calls(self) -> int:
+        return int(self._read()["judge_calls"])
+
+    @property
+    def spent(self) -> float:
+        return float(self._read()["spent"])
+
+    @property
+    def refused(self) -> int:
+        return int(self._read()["refused"])
+
+    @property
+    def stopped_by(self) -> str | None:
+        value = self._read()["stopped_by"]
+        return None if value is None else str(value)
 
     def reserve(self, kind: str) -> Ticket:
         """Reserve one call of `kind` ("judge" or a stage name); raises BudgetExhausted when refused."""
-        with self._lock:
-            if self.stopped_by is None:
-                if kind == "judge" and self.max_judge_calls is not None and self.judge_calls >= self.max_judge_calls:
-                    self.stopped_by = "max_judge_calls"
-            if self.max_cost is not None and self.stopped_by != "max_cost":
-                estimate = self._dearest.get(kind, 0.0)
-                if self.spent >= self.max_cost or self.spent + self._in_flight + estimate > self.max_cost:
-                    self.stopped_by = "max_cost"
-            if self.stopped_by == "max_cost" or (kind == "judge" and self.stopped_by == "max_judge_calls"):
-                self.refused += 1
-                raise BudgetExhausted(self.describe())
-            estimate = self._dearest.get(kind, 0.0) if self.max_cost is not None else 0.0
-            if kind == "judge":
-                self.judge_calls += 1
-            self._in_flight += estimate
-            return Ticket(kind, estimate)
+        with self._state() as st:
+            if st["stopped_by"] is None and kind == "judge" and self.max_judge_calls is not None:
+                if st["judge_calls"] >= self.max_judge_calls:
+                    st["stopped_by"] = "max_judge_calls"
+            estimate = float(st["dearest"].get(kind, 0.0)) if self.max_cost is not None else 0.0
+            if self.max_cost is not None and st["stopped_by"] != "max_cost":
+                if st["spent"] >= self.max_cost or st["spent"] + st["in_flight"] + estimate > self.max_cost:
+                    st["stopped_by"] = "max_cost"
+            refused = st["stopped_by"] == "max_cost" or (kind == "judge" and st["stopped_by"] == "max_judge_calls")
+            if refused:
+                st["refused"] += 1
+            else:
+                st["judge_calls"] += kind == "judge"
+                st["in_flight"] += estimate
+            snapshot = dict(st)
+        if refused:
+            raise BudgetExhausted(self._describe(snapshot))
+        return Ticket(kind, estimate)
 
     def settle(self, ticket: Ticket, entries: Sequence[Mapping[str, Any]]) -> None:
         """Replace a reservation by what the call cost (entries of unknown cost count as 0)."""
         cost = sum(entry_cost(e, self.pricing) or 0.0 for e in entries)
-        with self._lock:
-            self._in_flight -= ticket.estimate
-            self.spent += cost
-            if cost > self._dearest.get(ticket.kind, 0.0):
-                self._dearest[ticket.kind] = cost
+        with self._state() as st:
+            st["in_flight"] = max(0.0, st["in_flight"] - ticket.estimate)
+            st["spent"] += cost
+            if cost > st["dearest"].get(ticket.kind, 0.0):
+                st["dearest"] = {**st["dearest"], ticket.kind: cost}
 
     def describe(self) -> str:
-        if self.stopped_by == "max_judge_calls":
+        return self._describe(self._read())
+
+    def _describe(self, st: Mapping[str, Any]) -> str:
+        if st["stopped_by"] == "max_judge_calls":
             return f"budget exhausted: max_judge_calls {self.max_judge_calls} reached"
-        return f"budget exhausted: max_cost ~{fmt_cost(self.max_cost or 0.0)} reached (spent ~{fmt_cost(self.spent)})"
+        return (
+            f"budget exhausted: max_cost ~{fmt_cost(self.max_cost or 0.0)} reached "
+            f"(spent ~{fmt_cost(float(st['spent']))})"
+        )
 
     def settings(self) -> dict[str, Any]:
         return {"max_cost": self.max_cost, "max_judge_calls": self.max_judge_calls}
+
+
+def _fresh_state() -> dict[str, Any]:
+    return {"judge_calls": 0, "spent": 0.0, "in_flight": 0.0, "dearest": {}, "refused": 0, "stopped_by": None}
 
 
 def budget_summary(cases: Iterable[Mapping[str, Any]], settings: Mapping[str, Any] | None) -> dict[str, Any] | None:

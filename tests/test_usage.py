@@ -580,3 +580,20 @@ def test_comparison_reports_the_cost_difference_per_case(
         assert row["baseline"]["cost"] == pytest.approx(want, abs=1e-12)
     line = next(x for x in render(doc, doc_id) if x.startswith("Cost of the 4 paired cases"))
     assert line.endswith("difference +$0.000024 (+$0.0000060 per case)")
+
+
+def test_max_judge_calls_holds_across_xdist_workers(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [{"id": f"c{i:02d}", "input": {"q": f"refund {i}"}, "expected": {"answer": "14 days"}} for i in range(10)]
+    with ScriptedServer(responder=_respond()) as server:
+        monkeypatch.setenv("JUDGE_URL", server.base_url)
+        _project(pytester, "max_judge_calls: 4", cases=cases)
+        result = pytester.runpytest("--oloproof", "-n", "2", "--oloproof-report", "r.json")
+        assert len(server.requests) == 4, "the two workers share one budget"
+    result.assert_outcomes(passed=4, failed=6)
+    report = json.loads((pytester.path / "r.json").read_text())
+    reasons = [c["criteria"]["grounded"].get("reason") for c in report["cases"]]
+    assert reasons.count("budget_exhausted") == 6 and reasons.count(None) == 4
+    assert len(report["budget"]["cases_not_judged"]) == 6
+    assert not (pytester.path / ".store" / "budget").exists() or not any(
+        (pytester.path / ".store" / "budget").iterdir()
+    )
