@@ -351,6 +351,7 @@ class Engine:
     async def aexecute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
         """Run one case on the current event loop (async stages awaited, sync ones in threads)."""
         attempt = 0
+        earlier: dict[str, list[dict[str, Any]]] = {}
         while True:
             attempt += 1
             started = time.perf_counter()
@@ -361,12 +362,14 @@ class Engine:
                 rec = self._timeout_record(case, plan)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
+            earlier = _carry_usage(earlier, rec)
             if not self._should_retry(rec, attempt):
                 return self._gave_up(rec, attempt)
             await asyncio.sleep(self._backoff(attempt))
 
     def _with_retries(self, case: Case, plan: Plan, run: Callable[[_Gate | None], dict[str, Any]]) -> dict[str, Any]:
         attempt = 0
+        earlier: dict[str, list[dict[str, Any]]] = {}
         while True:
             attempt += 1
             started = time.perf_counter()
@@ -377,6 +380,7 @@ class Engine:
                     rec = run(None)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
+            earlier = _carry_usage(earlier, rec)
             if not self._should_retry(rec, attempt):
                 return self._gave_up(rec, attempt)
             self._sleep(self._backoff(attempt))
@@ -687,6 +691,15 @@ def production_usage(rec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         for stage, entries in source.items():
             out.setdefault(stage, []).extend(entries)
     return out
+
+
+def _carry_usage(earlier: dict[str, list[dict[str, Any]]], rec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Add what earlier (failed, retried) attempts spent to this attempt's `usage.stages`; returns the total."""
+    stages = (rec.get("usage") or {}).get("stages") or {}
+    total = {stage: [*earlier.get(stage, []), *stages.get(stage, [])] for stage in dict.fromkeys([*earlier, *stages])}
+    if earlier:
+        rec.setdefault("usage", {})["stages"] = total
+    return total
 
 
 def _usage_of(seen: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -597,3 +597,108 @@ def test_max_judge_calls_holds_across_xdist_workers(pytester: pytest.Pytester, m
     assert not (pytester.path / ".store" / "budget").exists() or not any(
         (pytester.path / ".store" / "budget").iterdir()
     )
+
+
+RETRIED = """
+from pytest_oloproof import Transient, report_usage
+
+CALLS = {}
+
+def answer(input):
+    n = CALLS[input["q"]] = CALLS.get(input["q"], 0) + 1
+    report_usage(model="gen-m", input_tokens=10 * n, output_tokens=n)
+    if n == 1:
+        raise Transient("rate limited after the model answered")
+    return {"answer": "ok"}
+"""
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_a_retried_case_keeps_what_every_attempt_spent(tmp_path: Path, use_async: bool) -> None:
+    from pytest_oloproof.runner import Evaluation
+
+    module = f"usage_retried_{int(use_async)}"
+    (tmp_path / f"{module}.py").write_text(RETRIED)
+    (tmp_path / "cases.jsonl").write_text(json.dumps({"id": "a", "input": {"q": "x"}}) + "\n")
+    (tmp_path / "oloproof.yaml").write_text(
+        f"system:\n  object: {module}:answer\ncases: cases.jsonl\nretries: 1\nstore: .store\n"
+    )
+    ev = Evaluation.load(tmp_path / "oloproof.yaml")
+    ev.engine.backoff_s = 0.0
+    try:
+        case = ev.cases[0]
+        rec = asyncio.run(ev.engine.aexecute(case)) if use_async else ev.execute(case)
+    finally:
+        ev.caches.close()
+    assert rec["error"] is None and rec["attempts"] == 2
+    assert [(e["input_tokens"], e["output_tokens"]) for e in rec["usage"]["stages"]["call"]] == [(10, 1), (20, 2)]
+
+
+def test_max_cost_holds_exactly_under_racing_threads_once_a_call_cost_is_known() -> None:
+    # every call: 100,000 input tokens at $1.25 per million = $0.125; max_cost $1.00 has room for exactly 8
+    budget = usage.Budget(max_cost=1.0, pricing={"m": {"input": 1.25, "output": 0.0}})
+    entry = [usage.make_entry("m", 100_000, 0)]
+    budget.settle(budget.reserve("generate"), entry)  # the first call makes the cost of a call known
+    granted: list[usage.Ticket] = []
+    barrier = threading.Barrier(16)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        barrier.wait()
+        try:
+            t = budget.reserve("generate")
+        except usage.BudgetExhausted:
+            return
+        with lock:
+            granted.append(t)
+        barrier_done.wait()
+        budget.settle(t, entry)
+
+    barrier_done = threading.Barrier(7, timeout=10)  # the 7 that may still start are in flight together
+    threads = [threading.Thread(target=worker) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(granted) == 7  # 1 + 7 = 8 calls, all in flight at once, none past the budget
+    assert budget.spent == 1.0 and budget.stopped_by == "max_cost"
+    with pytest.raises(usage.BudgetExhausted):
+        budget.reserve("retrieve")  # once max_cost stopped the run, no paid call of any kind starts
+
+
+def test_max_cost_stops_an_async_system_at_concurrency_4(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cases = [
+        {"id": f"c{i:02d}", "input": {"q": f"refund {i:02d}"}, "expected": {"answer": "14 days"}} for i in range(12)
+    ]
+    per_case = _system_cost("refund 00")
+    pytester.makepyfile(sys_metered=SYSTEM)
+    pytester.makefile(".jsonl", cases="\n".join(json.dumps(c) for c in cases))
+    pytester.makefile(
+        ".yaml",
+        oloproof=f"""
+system:
+  rag: {{object: "sys_metered:Metered"}}
+cases: cases.jsonl
+evaluators:
+  - {{type: contains, criterion: answer_correct}}
+concurrency: 4
+store: .store
+{PRICING_YAML}
+max_cost: {per_case * 5.5!r}
+""",
+    )
+    result = pytester.runpytest("--oloproof", "--oloproof-report", "r.json")
+    report = json.loads((pytester.path / "r.json").read_text())
+    executed = [c for c in report["cases"] if c["error"] is None]
+    stopped = [c for c in report["cases"] if c["error"] is not None]
+    assert all(c["error"]["reason"] == "budget_exhausted" for c in stopped) and stopped
+    assert all(v["reason"] == "budget_exhausted" for c in stopped for v in c["criteria"].values())
+    assert all(c["criteria"]["answer_correct"]["status"] == "observed" for c in executed)
+    spent = report["usage"]["system"]["cost"]
+    # the first wave starts before any cost is known (4 cases in flight); after that, never past the budget
+    assert spent <= per_case * 5.5 + 4 * per_case
+    assert len(executed) >= 5
+    result.assert_outcomes(passed=len(executed), failed=len(stopped))
+    result.stdout.fnmatch_lines(["*not executed, the run's budget stopped it*", "Budget: the budget (max_cost *"])
