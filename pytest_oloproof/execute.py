@@ -558,6 +558,7 @@ class Engine:
             reason = "budget_exhausted"
             message = f"{exc}; {stage}() was not called"
             transient = False
+            tb = ""  # nothing of the user's ran: a traceback would only show Oloproof's frames
         else:
             reason = "system_error"
             message = f"{stage}() raised {type(exc).__name__}: {exc}"

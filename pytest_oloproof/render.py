@@ -139,6 +139,7 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
     lines += usage_lines(record)
     lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
     errors = (record.get("counts") or {}).get("errors", 0)
+    errors -= len((record.get("budget") or {}).get("cases_not_executed") or [])  # told by the Budget: line
     if errors:
         lines.append(f"System errors: {errors} case(s) missing for every criterion (see the run record)")
     where = f" in {store_root}" if store_root else ""
