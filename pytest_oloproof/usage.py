@@ -265,7 +265,7 @@ def source_summary(tally: Mapping[str, Sequence[int]], pricing: Mapping[str, Any
         m_cost = None
         price = (pricing or {}).get(model) if model else None
         if price is not None and not r[4]:
-            m_cost = _cost_of_row(r, price)
+            m_cost = round(_cost_of_row(r, price), 12)
         models[model or "(unnamed)"] = {
             "calls": r[0],
             "input_tokens": r[1] if r[0] > r[4] else None,
@@ -277,7 +277,7 @@ def source_summary(tally: Mapping[str, Sequence[int]], pricing: Mapping[str, Any
             missing = missing or ("no_pricing" if not pricing else ("usage_unknown" if r[4] else "unpriced_model"))
         else:
             cost += m_cost
-    out["cost"] = None if missing or not pricing else cost
+    out["cost"] = None if missing or not pricing else round(cost, 12)
     if out["cost"] is None and calls:
         out["cost_missing"] = missing or "no_pricing"
     out["models"] = models
@@ -315,7 +315,7 @@ def summarize(cases: Iterable[Mapping[str, Any]], pricing: Mapping[str, Any] | N
             "system": ss,
             "calls": sj["calls"] + ss["calls"],
             "tokens": _tokens(sj, ss),
-            "cost": _sum_costs(sj, ss),
+            "cost": None if (saved_cost := _sum_costs(sj, ss)) is None else round(saved_cost, 12),
         },
         "priced": bool(pricing),
     }
@@ -401,7 +401,7 @@ def tokens_line(usage: Mapping[str, Any] | None) -> str | None:
         return None
     parts = []
     judges, system, saved = usage["judges"], usage["system"], usage["saved"]
-    parts.append(_source_text("judges", judges) if judges["calls"] else "judges none")
+    parts.append(_source_text("judges", judges) if judges["calls"] else "judges 0 calls")
     parts.append(_source_text("system", system) if system["calls"] else "system none reported")
     if saved["calls"]:
         what = []

@@ -343,7 +343,7 @@ def test_run_records_exact_tokens_per_case_and_run_and_what_the_cache_saved(
     second.stdout.fnmatch_lines(
         [
             "Cache: execution 4 hit/0 miss; judgment 8 hit/0 miss",
-            f"Tokens: judges none; system none reported; saved 4 judge calls, 8 system calls, "
+            f"Tokens: judges 0 calls; system none reported; saved 4 judge calls, 8 system calls, "
             f"{j_in + 40 + s_in + 24:,} tokens, ~{usage.fmt_cost(judge_cost + system_cost)}",
         ]
     )
