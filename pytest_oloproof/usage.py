@@ -121,15 +121,23 @@ def report_usage(
     return True
 
 
-@contextmanager
-def collect() -> Iterator[list[Entry]]:
-    """Collect the usage reported inside the block (nested blocks keep their own)."""
-    got: list[Entry] = []
-    token = _COLLECTOR.set(got)
-    try:
-        yield got
-    finally:
-        _COLLECTOR.reset(token)
+class collect:
+    """Collect the usage reported inside the block (nested blocks keep their own).
+
+    A class rather than a generator-based context manager: it wraps every stage call.
+    """
+
+    __slots__ = ("got", "token")
+
+    def __init__(self) -> None:
+        self.got: list[Entry] = []
+
+    def __enter__(self) -> list[Entry]:
+        self.token = _COLLECTOR.set(self.got)
+        return self.got
+
+    def __exit__(self, *exc: object) -> None:
+        _COLLECTOR.reset(self.token)
 
 
 def _forward(entries: Iterable[Entry]) -> None:

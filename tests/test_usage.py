@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -289,6 +291,7 @@ def test_run_records_exact_tokens_per_case_and_run_and_what_the_cache_saved(
     with ScriptedServer(responder=_respond()) as server:
         monkeypatch.setenv("JUDGE_URL", server.base_url)
         _project(pytester, PRICING_YAML)
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(pytester.path / "step.md"))
         first = pytester.runpytest("--oloproof", "--oloproof-report", "r1.json")
         first.assert_outcomes(passed=4)
         assert len(server.requests) == 4
@@ -340,6 +343,15 @@ def test_run_records_exact_tokens_per_case_and_run_and_what_the_cache_saved(
     assert saved["judges"]["calls"] == 4 and saved["system"]["calls"] == 8
     assert saved["tokens"] == j_in + 40 + s_in + 24
     assert saved["cost"] == pytest.approx(judge_cost + system_cost, abs=1e-12)
+    tokens_line = f"Tokens: judges 4 calls, {j_in:,} in / 40 out (80 cached in), ~{usage.fmt_cost(judge_cost)}"
+    assert f"`{tokens_line}" in (pytester.path / "step.md").read_text()  # the Markdown step summary
+    inspect = subprocess.run(
+        [sys.executable, "-m", "pytest_oloproof.cli", "inspect", r1["run_id"]],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+    )
+    assert inspect.returncode == 0 and tokens_line in inspect.stdout  # read back from the store
     second.stdout.fnmatch_lines(
         [
             "Cache: execution 4 hit/0 miss; judgment 8 hit/0 miss",
