@@ -59,7 +59,7 @@ def _count(name: str, value: Any) -> int | None:
 
 
 def _from_mapping(usage: Any) -> dict[str, Any]:
-    """Token counts from an OpenAI-style (prompt/completion) or Anthropic-style (input/output) usage object."""
+    """Token counts from an OpenAI-style (prompt/completion) or Anthropic/LangChain-style (input/output) usage."""
 
     def get(obj: Any, key: str) -> Any:
         return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
@@ -70,7 +70,9 @@ def _from_mapping(usage: Any) -> dict[str, Any]:
         inp, out = get(usage, "input_tokens"), get(usage, "output_tokens")
     cached = get(get(usage, "prompt_tokens_details") or {}, "cached_tokens")
     if cached is None:
-        cached = get(usage, "cache_read_input_tokens")
+        cached = get(usage, "cache_read_input_tokens")  # Anthropic
+    if cached is None:
+        cached = get(get(usage, "input_token_details") or {}, "cache_read")  # LangChain's usage_metadata
     return {"input_tokens": inp, "output_tokens": out, "cached_input_tokens": cached}
 
 

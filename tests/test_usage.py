@@ -34,11 +34,15 @@ def test_report_usage_inside_a_call_and_provider_usage_objects() -> None:
         assert usage.report_usage(model="gen", input_tokens=12, output_tokens=3)
         usage.report_usage(model="emb", usage={"prompt_tokens": 7, "completion_tokens": 0})
         usage.report_usage(model="claude", usage={"input_tokens": 9, "output_tokens": 4, "cache_read_input_tokens": 2})
+        usage.report_usage(
+            model="lc", usage={"input_tokens": 5, "output_tokens": 1, "input_token_details": {"cache_read": 3}}
+        )
         usage.report_usage(model="opaque")  # a call whose size the provider did not say
     assert got == [
         {"model": "gen", "input_tokens": 12, "output_tokens": 3, "cached_input_tokens": None},
         {"model": "emb", "input_tokens": 7, "output_tokens": 0, "cached_input_tokens": None},
         {"model": "claude", "input_tokens": 9, "output_tokens": 4, "cached_input_tokens": 2},
+        {"model": "lc", "input_tokens": 5, "output_tokens": 1, "cached_input_tokens": 3},
         {"model": "opaque", "input_tokens": None, "output_tokens": None, "cached_input_tokens": None},
     ]
     with usage.collect(), pytest.raises(ValueError, match="input_tokens must be a non-negative integer"):
