@@ -291,6 +291,10 @@ def source_summary(tally: Mapping[str, Sequence[int]], pricing: Mapping[str, Any
     if out["cost"] is None and calls:
         out["cost_missing"] = missing or "no_pricing"
     out["models"] = models
+    if pricing:
+        unpriced = sorted(name for name in models if name == "(unnamed)" or name not in pricing)
+        if unpriced:
+            out["unpriced_models"] = unpriced
     return out
 
 
@@ -400,8 +404,8 @@ def _source_text(name: str, s: Mapping[str, Any]) -> str:
         text += f" + {s['unknown_calls']} call(s) of unknown usage"
     if s.get("cost") is not None:
         text += f", ~{fmt_cost(s['cost'])}"
-    elif s.get("cost_missing") == "unpriced_model":
-        text += " (a model has no price)"
+    elif s.get("unpriced_models"):
+        text += f" (no price for {', '.join(s['unpriced_models'])})"
     return text
 
 

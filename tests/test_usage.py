@@ -94,6 +94,15 @@ def test_pricing_arithmetic() -> None:
     g = {"model": "gen-m", "input_tokens": 1000, "output_tokens": 200, "cached_input_tokens": 400}
     assert usage.entry_cost(g, PRICING) == pytest.approx((1000 * 0.15 + 200 * 0.6) / 1e6, abs=1e-15)
     assert usage.entry_cost({**e, "model": "other"}, PRICING) is None  # never a guessed price
+    partly: dict[str, list[int]] = {}
+    usage._tally_into(partly, [e, {**e, "model": "other"}])
+    summary = usage.source_summary(partly, PRICING)
+    assert (summary["cost"], summary["cost_missing"], summary["unpriced_models"]) == (None, "unpriced_model", ["other"])
+    assert summary["models"]["judge-m"]["cost"] == pytest.approx(0.004, abs=1e-12)
+    assert (
+        usage._source_text("judges", summary)
+        == "judges 2 calls, 2,000 in / 400 out (800 cached in) (no price for other)"
+    )
     assert usage.entry_cost({**e, "input_tokens": None}, PRICING) is None
     assert usage.entry_cost(e, None) is None
     tally: dict[str, list[int]] = {}
