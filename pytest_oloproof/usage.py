@@ -552,9 +552,6 @@ class Budget:
             if cost > st["dearest"].get(ticket.kind, 0.0):
                 st["dearest"] = {**st["dearest"], ticket.kind: cost}
 
-    def describe(self) -> str:
-        return self._describe(self._read())
-
     def _describe(self, st: Mapping[str, Any]) -> str:
         if st["stopped_by"] == "max_judge_calls":
             return f"budget exhausted: max_judge_calls {self.max_judge_calls} reached"
@@ -562,9 +559,6 @@ class Budget:
             f"budget exhausted: max_cost ~{fmt_cost(self.max_cost or 0.0)} reached "
             f"(spent ~{fmt_cost(float(st['spent']))})"
         )
-
-    def settings(self) -> dict[str, Any]:
-        return {"max_cost": self.max_cost, "max_judge_calls": self.max_judge_calls}
 
 
 def _fresh_state() -> dict[str, Any]:
