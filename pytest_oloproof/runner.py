@@ -315,6 +315,7 @@ class RunRecorder:
         return self._writer
 
     def add(self, rec: dict[str, Any]) -> None:
+        usage.price_case(rec, self.header.get("pricing"))  # per-case tokens and cost, for readers of the record
         self._open().add_case(rec)
         self.cases.append(slim_case(rec))
 

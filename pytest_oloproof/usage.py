@@ -699,3 +699,20 @@ def child_runs_line(cases: Iterable[Mapping[str, Any]], pricing: Mapping[str, An
     summary = summarize(cases, pricing)
     line = tokens_line(summary)
     return None if line is None else "Re-execution tokens:" + line.removeprefix("Tokens:")
+
+
+def price_case(rec: dict[str, Any], pricing: Mapping[str, Any] | None) -> None:
+    """Add `usage.totals` to a case record: tokens and cost spent and saved (None where unknown or unpriced)."""
+    usage = rec.get("usage")
+    if not isinstance(usage, dict):
+        return
+    tallies = case_tallies(rec) or {}
+    totals: dict[str, Any] = {}
+    for side, names in (("spent", ("judges", "system")), ("saved", ("saved_judges", "saved_system"))):
+        merged: dict[str, list[int]] = {}
+        for name in names:
+            _merge(merged, tallies.get(name) or {})
+        s = source_summary(merged, pricing)
+        tokens = None if s["input_tokens"] is None else s["input_tokens"] + s["output_tokens"]
+        totals[side] = {"calls": s["calls"], "tokens": tokens, "cost": s["cost"]}
+    usage["totals"] = totals

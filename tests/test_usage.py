@@ -326,6 +326,10 @@ def test_run_records_exact_tokens_per_case_and_run_and_what_the_cache_saved(
                 {"model": "gen-m", "input_tokens": 40 + len(q), "output_tokens": 6, "cached_input_tokens": None}
             ],
         }
+        assert u["totals"]["spent"]["calls"] == 3 and u["totals"]["saved"] == {"calls": 0, "tokens": 0, "cost": 0.0}
+        assert u["totals"]["spent"]["tokens"] == inp + out + len(q) + 40 + len(q) + 6
+        want = _judge_cost(ANSWERS[case["id"]]) + _system_cost(q)
+        assert u["totals"]["spent"]["cost"] == pytest.approx(want, abs=1e-11)
     judges, system = r1["usage"]["judges"], r1["usage"]["system"]
     j_in = sum(_judge_tokens(ANSWERS[c["id"]])[0] for c in CASES)
     s_in = sum(len(c["input"]["q"]) * 2 + 40 for c in CASES)
