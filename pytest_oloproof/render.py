@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .stats import round_outward
-from .usage import budget_line, tokens_line
+from .usage import budget_line, fmt_cost, tokens_line
 
 
 def pct(x: float) -> str:
@@ -194,4 +194,14 @@ def case_line(c: Mapping[str, Any]) -> str:
     extra = f" · relevant position {pos}" if pos is not None else ""
     trunc = " · context truncated" if c.get("context_truncated") else ""
     err = f" · error: {c['error']['message']}" if c.get("error") else ""
-    return f"{c['id']}: {', '.join(parts)}{extra}{trunc}{err}"
+    return f"{c['id']}: {', '.join(parts)}{extra}{trunc}{case_usage_text(c)}{err}"
+
+
+def case_usage_text(c: Mapping[str, Any]) -> str:
+    """` · 3 calls, 213 tokens, ~$0.00042` from a case record's `usage.totals` (empty when it spent nothing)."""
+    spent = (((c.get("usage") or {}).get("totals")) or {}).get("spent") or {}
+    if not spent.get("calls"):
+        return ""
+    tokens = "tokens unknown" if spent.get("tokens") is None else f"{spent['tokens']:,} tokens"
+    cost = "" if spent.get("cost") is None else f", ~{fmt_cost(spent['cost'])}"
+    return f" · {spent['calls']} call{'s' if spent['calls'] != 1 else ''}, {tokens}{cost}"

@@ -369,6 +369,8 @@ def test_run_records_exact_tokens_per_case_and_run_and_what_the_cache_saved(
         text=True,
     )
     assert inspect.returncode == 0 and tokens_line in inspect.stdout  # read back from the store
+    refund = by_id["refund"]["usage"]["totals"]["spent"]
+    assert f"  refund: answer_correct=pass, grounded=pass · 3 calls, {refund['tokens']:,} tokens, ~" in inspect.stdout
     second.stdout.fnmatch_lines(
         [
             "Cache: execution 4 hit/0 miss; judgment 8 hit/0 miss",
