@@ -53,7 +53,7 @@ BROKEN = {
         ":5: system.rag.depth: expected a valid integer, unable to parse string as an integer, got 'three'",
     ),
     "setting_value": (("depth: 3", "depth: 0"), ":5: system.rag.depth: expected greater than or equal to 1, got 0"),
-    "missing_required": (("cases: cases.jsonl\n", ""), ": cases: required key is missing"),
+    "missing_required": (("cases: cases.jsonl\n", ""), ":1: cases: required key is missing"),
     "missing_required_nested": (
         ("    object: {module}:System\n", ""),
         ":3: system.rag.object: required key is missing",
@@ -67,9 +67,9 @@ BROKEN = {
     "unset_variable": (
         ("name: s", "name: ${OLOPROOF_TEST_UNSET}"),
         ":2: system.name: environment variable OLOPROOF_TEST_UNSET is not set "
-        "(export it, or write the value instead of ${OLOPROOF_TEST_UNSET})",
+        "(export it, write ${OLOPROOF_TEST_UNSET:-default}, or write the value instead of ${OLOPROOF_TEST_UNSET})",
     ),
-    "top_k_over_depth": (("top_k: 2", "top_k: 5"), ": system.rag.top_k: 5 is larger than depth 3"),
+    "top_k_over_depth": (("top_k: 2", "top_k: 5"), ":6: system.rag.top_k: 5 is larger than depth 3"),
     "bad_object_form": (("{module}:System", "{module}.System"), None),
     "unknown_module": (("{module}:System", "no_such_module_xyz:System"), None),
     "unknown_attribute": (("{module}:System", "{module}:Nope"), None),
@@ -86,7 +86,7 @@ def expected_message(path: Path, module: str, name: str) -> str:
     msg = BROKEN[name][1]
     if msg is not None:
         return f"{path}{msg}"
-    return {
+    return f"{path}:4: " + {
         "bad_object_form": f"system.rag.object: '{module}.System' is not of the form module:attribute "
         "(e.g. app:SupportRag)",
         "unknown_module": "system.rag.object: cannot import module 'no_such_module_xyz' for "
@@ -241,7 +241,7 @@ def test_module_that_fails_on_import_is_a_config_error_with_its_traceback(tmp_pa
         Evaluation.load(tmp_path / "oloproof.yaml")
     msg = str(info.value)
     assert msg.startswith(
-        f"system.object: importing module '{module}' for '{module}:answer' raised RuntimeError: "
+        f"{(tmp_path / 'oloproof.yaml').resolve()}:3: system.object: importing module '{module}' for '{module}:answer' raised RuntimeError: "
         "no API key in this shell"
     )
     assert "in helper" in msg
