@@ -7,13 +7,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .redaction import redact
+
 # one encoder for every call: json.dumps with options builds a new encoder each time
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def canonical_json(value: Any) -> str:
-    """One spelling per value: sorted keys, no whitespace, UTF-8; fails on non-JSON values."""
-    return _CANONICAL.encode(value)
+    """One spelling per value: sorted keys, no whitespace, UTF-8; fails on non-JSON values.
+
+    Secrets taken from the environment are spelled `${VAR}` (redaction.py): every identity
+    hashed from this text stays the same when a key rotates, and never encodes the key.
+    """
+    return redact(_CANONICAL.encode(value))
 
 
 def sha256_of(value: Any) -> str:

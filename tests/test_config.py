@@ -135,12 +135,16 @@ def test_variables_are_expanded_and_the_raw_text_is_recorded(
     pytester.makefile(".jsonl", cases=cases_text([case("c1")]))
     text = config_text(module, rag={"top_k": 2}).replace("name: sys", "name: ${OLOPROOF_TEST_NAME}-rag")
     pytester.makefile(".yaml", oloproof=text)
-    monkeypatch.setenv("OLOPROOF_TEST_NAME", "expanded")
-    pytester.runpytest("--oloproof", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    monkeypatch.setenv("OLOPROOF_TEST_NAME", "xq7-expanded")
+    assert load_config(pytester.path / "oloproof.yaml").settings.system.name == "xq7-expanded-rag"
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=1)
     record = last_run(pytester)
-    assert record["system"]["name"] == "expanded-rag"
-    # the snapshot keeps the reference, never the value (it may be a secret)
+    # a value from the environment may be a secret: everything written spells it as the reference
+    assert record["system"]["name"] == "${OLOPROOF_TEST_NAME}-rag"
     assert record["config"]["system"]["name"] == "${OLOPROOF_TEST_NAME}-rag"
+    assert "xq7-expanded" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*${OLOPROOF_TEST_NAME}-rag?c1? PASSED*"])
 
 
 def test_decorator_settings_are_overridden_by_the_file(pytester: pytest.Pytester) -> None:
