@@ -58,7 +58,8 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
         declared = dict(getattr(cls, "__oloproof_rag__", None) or {})
         if not callable(getattr(target, "retrieve", None)) or not callable(getattr(target, "generate", None)):
             raise ConfigError(
-                f"{at('system', 'rag', 'object')}: system.rag.object: {s.rag.object!r} has no retrieve() and generate(); "
+                f"{at('system', 'rag', 'object')}: system.rag.object: {s.rag.object!r} has no retrieve() and "
+                "generate(); "
                 "decorate a class with @rag_system or use system.object for a plain callable"
             )
         merged = dict(declared)

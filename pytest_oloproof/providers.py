@@ -280,7 +280,8 @@ def load_object(spec: str, base_dir: Path | None = None) -> Any:
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError(f"object {spec!r}: {module_name!r} has no attribute {attr_path!r}", key="object") from None
+            message = f"object {spec!r}: {module_name!r} has no attribute {attr_path!r}"
+            raise ConfigError(message, key="object") from None
     return obj
 
 

@@ -224,7 +224,8 @@ def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSyst
     for i, ev in enumerate(out):
         if ev.criterion in seen:
             raise ConfigError(
-                f"{where_in(cfg.path, cfg.node, ['evaluators', i])}: evaluators[{i}]: criterion {ev.criterion!r} is also produced by "
+                f"{where_in(cfg.path, cfg.node, ['evaluators', i])}: evaluators[{i}]: criterion {ev.criterion!r} "
+                "is also produced by "
                 f"evaluators[{seen[ev.criterion]}]; name one of them with criterion:"
             )
         seen[ev.criterion] = i

@@ -86,13 +86,16 @@ def expected_message(path: Path, module: str, name: str) -> str:
     msg = BROKEN[name][1]
     if msg is not None:
         return f"{path}{msg}"
-    return f"{path}:4: " + {
-        "bad_object_form": f"system.rag.object: '{module}.System' is not of the form module:attribute "
-        "(e.g. app:SupportRag)",
-        "unknown_module": "system.rag.object: cannot import module 'no_such_module_xyz' for "
-        "'no_such_module_xyz:System': No module named 'no_such_module_xyz'",
-        "unknown_attribute": f"system.rag.object: module '{module}' has no attribute 'Nope' (from '{module}:Nope')",
-    }[name]
+    return (
+        f"{path}:4: "
+        + {
+            "bad_object_form": f"system.rag.object: '{module}.System' is not of the form module:attribute "
+            "(e.g. app:SupportRag)",
+            "unknown_module": "system.rag.object: cannot import module 'no_such_module_xyz' for "
+            "'no_such_module_xyz:System': No module named 'no_such_module_xyz'",
+            "unknown_attribute": f"system.rag.object: module '{module}' has no attribute 'Nope' (from '{module}:Nope')",
+        }[name]
+    )
 
 
 def write_project(root: Path, name: str) -> str:
@@ -245,7 +248,8 @@ def test_module_that_fails_on_import_is_a_config_error_with_its_traceback(tmp_pa
         Evaluation.load(tmp_path / "oloproof.yaml")
     msg = str(info.value)
     assert msg.startswith(
-        f"{(tmp_path / 'oloproof.yaml').resolve()}:3: system.object: importing module '{module}' for '{module}:answer' raised RuntimeError: "
+        f"{(tmp_path / 'oloproof.yaml').resolve()}:3: "
+        f"system.object: importing module '{module}' for '{module}:answer' raised RuntimeError: "
         "no API key in this shell"
     )
     assert "in helper" in msg

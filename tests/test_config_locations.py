@@ -93,7 +93,9 @@ TABLE: dict[str, Bad] = {
     "object_not_rag": Bad("{module}:System", "{module}:_log", "system.rag.object", "object:"),
     "object_not_string": Bad("{module}:System", "[1]", "system.rag.object", "object:"),
     "rag_key_spelling": Bad("top_k: 2", "topk: 2", "system.rag.topk", "topk"),
-    "index_version_list": Bad("top_k: 2", "top_k: 2\n    index_version: [a]", "system.rag.index_version", "index_version"),
+    "index_version_list": Bad(
+        "top_k: 2", "top_k: 2\n    index_version: [a]", "system.rag.index_version", "index_version"
+    ),
     # ---- system
     "system_key_spelling": Bad("  name: s", "  nme: s", "system.nme", "nme:"),
     "system_name_list": Bad("  name: s", "  name: [s]", "system.name", "name: [s]"),
@@ -300,7 +302,7 @@ def test_non_utf8_compare_yaml_is_an_error_with_file_and_offset(tmp_path: Path) 
 def test_variable_defaults_work_as_in_the_shell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OLO_UNSET", raising=False)
     monkeypatch.setenv("OLO_EMPTY", "")
-    path, text = write(tmp_path, Bad("version: v1", "version: ${OLO_UNSET:-v1}-${OLO_EMPTY:-e}-${OLO_EMPTY-x}", "", ""))
+    path, _ = write(tmp_path, Bad("version: v1", "version: ${OLO_UNSET:-v1}-${OLO_EMPTY:-e}-${OLO_EMPTY-x}", "", ""))
     cfg = load_config(path)
     assert cfg.settings.system.version == "v1-e-"
     monkeypatch.setenv("OLO_UNSET", "v2")
@@ -308,7 +310,7 @@ def test_variable_defaults_work_as_in_the_shell(tmp_path: Path, monkeypatch: pyt
 
 
 def test_depth_true_never_runs(pytester: pytest.Pytester) -> None:
-    path, _ = write(pytester.path, TABLE["depth_bool"])
+    write(pytester.path, TABLE["depth_bool"])
     result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
     assert result.ret == 2
     result.stdout.fnmatch_lines(["*oloproof.yaml:6: system.rag.depth: expected a number, got true (a boolean)*"])

@@ -136,8 +136,19 @@ def test_no_secret_from_the_environment_reaches_any_output(
             + "\n"
         )
         cli = subprocess.run(
-            [sys.executable, "-m", "pytest_oloproof.cli", "validate-judge", "--criterion", "bearer_judge"]
-            + ["--labels", "labels.jsonl", "--min-labels", "1", "--json"],
+            [
+                sys.executable,
+                "-m",
+                "pytest_oloproof.cli",
+                "validate-judge",
+                "--criterion",
+                "bearer_judge",
+                "--labels",
+                "labels.jsonl",
+                "--min-labels",
+                "1",
+                "--json",
+            ],
             cwd=pytester.path,
             capture_output=True,
             text=True,
