@@ -267,7 +267,7 @@ def test_every_config_error_names_file_line_and_key_path(
         Evaluation.load(path)
     message = str(info.value)
     line = expected_line(text, bad)
-    located = re.compile(rf"^\s*{re.escape(str(path))}:{line}(:\d+)?: {re.escape(bad.key)}[.:\[ ]")
+    located = re.compile(rf"^\s*{re.escape(str(path))}:{line}(:\d+)?: {re.escape(bad.key)}: ")
     assert any(located.match(m) for m in message.splitlines()), f"want {path.name}:{line}: {bad.key}: …, got\n{message}"
     assert not (tmp_path / ".store").exists()  # nothing ran, nothing was written
 

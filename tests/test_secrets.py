@@ -181,7 +181,7 @@ def test_no_secret_from_the_environment_reaches_any_output(
 def test_judgment_cache_keys_hash_the_reference_not_the_secret(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Rotating a key changes nothing Oloproof identifies: the second run reuses every verdict."""
+    """Rotating a key or a URL token changes nothing Oloproof identifies: the second run reuses every verdict."""
     monkeypatch.setenv("OLO_API_KEY", API_KEY)
     monkeypatch.setenv("TOKEN", PATH_TOKEN)
     monkeypatch.setenv("JUDGE_PW", PASSWORD)
@@ -191,6 +191,7 @@ def test_judgment_cache_keys_hash_the_reference_not_the_secret(
         assert "judgment 0 hit/4 miss" in first.stdout.str()
         calls = len(server.requests)
         monkeypatch.setenv("OLO_API_KEY", ROTATED_KEY)
+        monkeypatch.setenv("TOKEN", "tok-ROTATED-5555")  # a token inside base_url, part of the judge's identity
         second = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
         assert "judgment 4 hit/0 miss" in second.stdout.str(), second.stdout.str()
         assert len(server.requests) == calls
