@@ -100,6 +100,8 @@ def _store_from(args: argparse.Namespace) -> Store:
 
         return Store(load_config(cfg_path).store_dir)
     if getattr(args, "config", None):
+        if cfg_path.is_dir():
+            raise UsageError(f"--config: {cfg_path} is a folder; give the path of an oloproof.yaml")
         raise UsageError(f"--config: {cfg_path} does not exist")
     return Store(Path(".oloproof").resolve())
 

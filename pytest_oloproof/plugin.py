@@ -248,6 +248,9 @@ class OloproofPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
+        from . import redaction
+
+        redaction.clear()  # this session's configuration says what is secret (pytester runs share a process)
         explicit = config.getoption("oloproof_config") or _ini_config_path(config)
         self.config_error: OloproofError | None = None
         self.config_path: Path | None = None
@@ -666,6 +669,7 @@ class OloproofPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        _redact_sections(report)
         if report.when == "call" and (self._outcomes or self._diagnoses):
             # the case's record rides on its report: an xdist worker sends it to the controller
             # (this hook runs before xdist's, which serialises the report)
@@ -837,6 +841,14 @@ class OloproofPlugin:
                 self.evaluation.caches.close()
             except Exception:
                 pass  # already reported by pytest_sessionfinish
+
+
+def _redact_sections(report: pytest.TestReport) -> None:
+    """Captured output (stdout, stderr, log) of an item, redacted before JUnit XML or the terminal shows it."""
+    from . import redaction
+
+    if redaction.active() and report.sections:
+        report.sections = [(title, redact(text)) for title, text in report.sections]
 
 
 def _redacted_repr(rep: Any) -> Any:

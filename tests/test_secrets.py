@@ -221,3 +221,44 @@ def test_redactor_catches_json_escaped_and_base64_forms() -> None:
     redaction.register("6", "DEPTH")  # too short to be a secret: "6" elsewhere stays
     redaction.register("0.95", "CONF")
     assert redaction.redact("depth 6, confidence 0.95") == "depth 6, confidence 0.95"
+
+
+LOUD = """
+import os
+
+def answer(input):
+    token = os.environ["TOKEN"]
+    print(f"calling the backend with {token}")
+    if input["q"] == "boom":
+        raise RuntimeError(f"backend refused token {token}")
+    return {"answer": "ok"}
+"""
+
+
+def test_captured_output_and_tracebacks_of_the_system_are_redacted(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKEN", PATH_TOKEN)
+    pytester.makepyfile(loud_sys=LOUD)
+    pytester.makefile(
+        ".jsonl",
+        cases='{"id": "fine", "input": {"q": "x"}, "expected": {"answer": "nope"}}\n'
+        '{"id": "boom", "input": {"q": "boom"}, "expected": {"answer": "ok"}}\n',
+    )
+    pytester.makefile(
+        ".yaml",
+        oloproof="system:\n  object: loud_sys:answer\n  version: 'v-${TOKEN}'\ncases: cases.jsonl\n"
+        "evaluators:\n  - {type: contains, criterion: c}\nstore: .store\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "--oloproof", "--junitxml", "j.xml", "-o", "junit_logging=all", "-rA", "-p", "no:cacheprovider"
+    )
+    assert result.ret == 1
+    out = result.stdout.str() + result.stderr.str()
+    assert "calling the backend with ${TOKEN}" in out  # the captured output is shown, redacted
+    junit = (pytester.path / "j.xml").read_text()
+    assert "backend refused token ${TOKEN}" in junit
+    store = _all_text(pytester.path / ".store")
+    assert "backend refused token ${TOKEN}" in store
+    for text in (out, junit, store):
+        assert PATH_TOKEN not in text
