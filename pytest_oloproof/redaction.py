@@ -96,7 +96,7 @@ def redact(text: str) -> str:
     """`text` with every registered secret replaced by its `${VAR}` placeholder."""
     if not _names or not text:
         return text
-    if not any(form in text for form in _names):  # the usual case: substring scans in C, no regex
+    if not any(form in text for form in tuple(_names)):  # the usual case: substring scans in C, no regex
         return text
     pattern = _compiled()
     if pattern is None:
