@@ -39,11 +39,14 @@ class StageKeys:
     """
 
     def __init__(self, system: Mapping[str, Any]) -> None:
-        self._retrieve = canonical_json(
+        # The system's settings as they are, not redacted: `version: ${GIT_SHA}` must change the keys
+        # when the commit changes (a stale reuse is worse than a miss). Only a digest is stored.
+        encode = _CANONICAL.encode
+        self._retrieve = encode(
             {"system": system["name"], "index_version": system.get("index_version"), "depth": system.get("depth")}
         )
-        self._generate = canonical_json({"system": system["name"], "version": system.get("version")})
-        self._execution = canonical_json(dict(system))
+        self._generate = encode({"system": system["name"], "version": system.get("version")})
+        self._execution = encode(dict(system))
 
     @staticmethod
     def _key(kind: str, system_part: str, *parts: str) -> str:

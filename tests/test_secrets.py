@@ -262,3 +262,27 @@ def test_captured_output_and_tracebacks_of_the_system_are_redacted(
     assert "backend refused token ${TOKEN}" in store
     for text in (out, junit, store):
         assert PATH_TOKEN not in text
+
+
+def test_a_version_from_the_environment_is_redacted_but_still_invalidates_the_stage_caches(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`version: ${GIT_SHA}` is written as `${GIT_SHA}`, yet a new commit is a new identity (never a stale reuse)."""
+    pytester.makepyfile(leaky_sys_v=SYSTEM)
+    pytester.makefile(".jsonl", cases=CASES)
+    pytester.makefile(
+        ".yaml",
+        oloproof='system:\n  version: "${OLO_GIT_SHA}"\n  rag: {object: "leaky_sys_v:Leaky"}\n'
+        "cases: cases.jsonl\nevaluators:\n  - {type: contains, criterion: c}\nstore: .store\n",
+    )
+    monkeypatch.setenv("OLO_GIT_SHA", "commit-aaaa1111")
+    first = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
+    assert "Stages: retrieve 0 hit/2 miss; generate 0 hit/2 miss" in first.stdout.str()
+    same = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
+    assert "Cache: execution 2 hit/0 miss" in same.stdout.str()
+    monkeypatch.setenv("OLO_GIT_SHA", "commit-bbbb2222")
+    changed = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
+    assert "Stages: retrieve 2 hit/0 miss; generate 0 hit/2 miss" in changed.stdout.str(), changed.stdout.str()
+    store = _all_text(pytester.path / ".store")
+    assert "commit-aaaa1111" not in store and "commit-bbbb2222" not in store
+    assert '"version": "${OLO_GIT_SHA}"' in store
