@@ -40,6 +40,14 @@ DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 
 
+class SettingError(ConfigError):
+    """A bad judge or provider setting; `key` names it, so the config error can say `evaluators[i].<key>`."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 class ProviderError(OloproofError):
     """A provider could not produce a reply (HTTP error, timeout, bad reply, missing key)."""
 
@@ -111,13 +119,13 @@ class OpenAIProvider:
         extra: dict[str, Any] | None = None,
     ) -> None:
         if not model:
-            raise ConfigError("openai provider: `model` is required")
+            raise SettingError("model", "openai provider: `model` is required")
         if not base_url:
-            raise ConfigError("openai provider: `base_url` is required")
+            raise SettingError("base_url", "openai provider: `base_url` is required")
         if concurrency < 1:
-            raise ConfigError(f"openai provider: concurrency must be >= 1, got {concurrency}")
+            raise SettingError("concurrency", f"openai provider: concurrency must be >= 1, got {concurrency}")
         if retries < 0:
-            raise ConfigError(f"openai provider: retries must be >= 0, got {retries}")
+            raise SettingError("retries", f"openai provider: retries must be >= 0, got {retries}")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -240,7 +248,7 @@ class PythonProvider:
 
     def __init__(self, fn: Callable[[Messages], str], *, object: str | None = None, model: str | None = None) -> None:
         if not callable(fn):
-            raise ConfigError(f"python provider: {object or fn!r} is not callable")
+            raise SettingError("object", f"python provider: {object or fn!r} is not callable")
         self.fn = fn
         self.object = object or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
         self.model = model
@@ -287,7 +295,9 @@ def load_object(spec: str, base_dir: Path | None = None) -> Any:
 def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provider:
     model = settings.get("model")
     if not model:
-        raise ConfigError("provider openai: `model` is required")
+        raise SettingError(
+            "model", "provider openai: `model` is required (the model the endpoint serves, e.g. `model: gpt-4o-mini`)"
+        )
     kwargs: dict[str, Any] = {}
     for name in ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra"):
         if settings.get(name) is not None:
@@ -303,8 +313,13 @@ def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
 def _build_python(settings: Mapping[str, Any], base_dir: Path | None) -> Provider:
     spec = settings.get("object")
     if not spec:
-        raise ConfigError("provider python: `object: module:function` is required")
-    obj = load_object(str(spec), base_dir)
+        raise SettingError("object", "provider python: `object: module:function` is required")
+    try:
+        obj = load_object(str(spec), base_dir)
+    except SettingError:
+        raise
+    except ConfigError as exc:
+        raise SettingError("object", str(exc)) from None
     if callable(getattr(obj, "complete", None)) and callable(getattr(obj, "identity", None)):
         provider: Provider = obj  # already a Provider (e.g. an instance defined in the user's module)
         return provider
@@ -324,5 +339,5 @@ def build_provider(settings: Mapping[str, Any], base_dir: Path | None = None) ->
     kind = settings.get("provider", "openai")
     factory = PROVIDERS.get(str(kind))
     if factory is None:
-        raise ConfigError(f"unknown judge provider {kind!r}; expected one of {sorted(PROVIDERS)}")
+        raise SettingError("provider", f"unknown judge provider {kind!r}; expected one of {sorted(PROVIDERS)}")
     return factory(settings, base_dir)

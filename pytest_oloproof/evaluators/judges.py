@@ -19,8 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import ConfigError
-from ..providers import Messages, Provider, build_provider
+from ..providers import Messages, Provider, SettingError, build_provider
 from .base import ContextPassage, CriterionValue, EvalInput, Evaluator
 
 JUDGE_SYSTEM_PROMPT = (
@@ -159,12 +158,13 @@ class _LLMJudge(Evaluator):
             if not path.is_absolute() and base_dir is not None:
                 path = Path(base_dir) / path
             if not path.is_file():
-                raise ConfigError(f"{self.type}: prompt file {str(path)!r} not found")
+                raise SettingError("prompt", f"{self.type}: prompt file {str(path)!r} not found")
             text = path.read_text(encoding="utf-8")
         absent = [p for p in self.placeholders if "{" + p + "}" not in text]
         if absent:
-            raise ConfigError(
-                f"{self.type}: custom prompt lacks placeholder(s) " + ", ".join("{" + p + "}" for p in absent)
+            raise SettingError(
+                "prompt",
+                f"{self.type}: custom prompt lacks placeholder(s) " + ", ".join("{" + p + "}" for p in absent),
             )
         return text, "custom"
 
