@@ -367,8 +367,8 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
             continue
         n = d["paired"]
         note = (
-            f"{n} paired case{'' if n == 1 else 's'} cannot establish {d['test']} at a {fmt_margin(d['margin'])}-point "
-            f"margin; about {needed} would be needed with no changed verdicts"
+            f"{d['criterion']}: {n} paired case{'' if n == 1 else 's'} cannot establish {d['test']} "
+            f"at a {fmt_margin(d['margin'])}-point margin; about {needed} would be needed with no changed verdicts"
         )
         if note not in notes:
             notes.append(note)
@@ -551,31 +551,10 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
 
 
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
-    """A GitHub step-summary section: the criterion lines and the decision table."""
-    out = [
-        f"### Oloproof gate · {doc.get('gate') or 'no policy'}",
-        "",
-        f"Comparison `{doc_id}` of `{doc['candidate']['run_id']}` against `{doc['baseline']['run_id']}`"
-        f" · {doc['paired_cases']} paired cases",
-        "",
-    ]
-    out += [f"> Warning: {w}  " for w in doc.get("warnings") or []]
-    out += ["| criterion | difference (points) | interval | accounting |", "|---|---|---|---|"]
-    for name, c in doc["criteria"].items():
-        acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
-        if c["paired"]:
-            pr = c["printed"]
-            out.append(f"| {name} | {pr['estimate']} | [{pr['low']}, {pr['high']}] | {acc} |")
-        else:
-            out.append(f"| {name} | — | — | {acc} |")
-    out += [f"\n{n}" for n in doc.get("sample_size_notes") or []]
-    if doc.get("decisions"):
-        out += ["", "| decision | criterion | test | outcome | reason |", "|---|---|---|---|---|"]
-        for d in doc["decisions"]:
-            test = f"{d['test']}, margin {fmt_margin(d['margin'])} points"
-            out.append(f"| {d['name']} | {d['criterion']} | {test} | **{d['outcome']}** | {d['reason']} |")
-        out += ["", f"**Gate: {doc['gate']} (exit {doc['exit_code']})**"]
-    return "\n".join(out) + "\n"
+    """A GitHub step-summary section: warnings, criterion table and accounting, notes, decisions (see `stepsummary`)."""
+    from .stepsummary import comparison_markdown
+
+    return comparison_markdown(doc, doc_id, fmt_margin)
 
 
 # ------------------------------------------------------------------ one call for the CLI and the plugin

@@ -145,22 +145,11 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
 
 
 def markdown_summary(record: Mapping[str, Any]) -> str:
-    """A GitHub step-summary section for one run."""
-    conf = float(record.get("confidence", 0.95))
-    out = [
-        f"### Oloproof · {record['system']['name']} · `{record['run_id']}` ({record['status']})",
-        "",
-        f"| criterion | estimate | {conf * 100:g}% interval | accounting |",
-        "|---|---|---|---|",
-    ]
-    for name, est, iv, acc in metric_rows(record.get("metrics") or {}):
-        out.append(f"| {name} | {est} | {iv} | {acc} |")
-    out.append("")
-    notes = accounting_lines(record.get("metrics") or {})
-    if notes:
-        out += [f"- {line}" for line in notes] + [""]
-    out += [f"`{line}`  " for line in cache_lines(record["cache"])]
-    return "\n".join(out) + "\n"
+    """A GitHub step-summary section for one run (rendering-safe Markdown: see `stepsummary`)."""
+    from .stepsummary import run_markdown
+
+    metrics = record.get("metrics") or {}
+    return run_markdown(record, metric_rows(metrics), accounting_lines(metrics), cache_lines(record["cache"]))
 
 
 def case_line(c: Mapping[str, Any]) -> str:

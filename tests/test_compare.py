@@ -248,7 +248,7 @@ def test_decisions_use_unrounded_bounds(store: Store, tmp_path: Path) -> None:
         "interval_overlaps_margin",
     )
     assert doc2["sample_size_notes"] == [
-        "100 paired cases cannot establish non-inferiority at a 3.69-point margin; "
+        "ok: 100 paired cases cannot establish non-inferiority at a 3.69-point margin; "
         f"about {stats.pairs_needed_without_change(0.0369)} would be needed with no changed verdicts"
     ]
     assert render(doc2, _id)[-1] == "Gate: BLOCK (exit 3)"
@@ -492,7 +492,7 @@ def test_example_walkthrough_compare(
     for name in ("answer_correct", "hit_rate_at_2", "recall_at_2", "ndcg_at_6", "citations_valid"):
         assert f"{name}: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
     assert (
-        "13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
+        "answer_correct: 13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
         "about 73 would be needed with no changed verdicts"
     ) in lines
     assert lines[-4:] == [
