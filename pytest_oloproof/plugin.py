@@ -14,7 +14,7 @@ import os
 import re
 import signal
 import types
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -98,7 +98,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("oloproof_config", "path of oloproof.yaml (default: <rootdir>/oloproof.yaml)", default="")
     parser.addini(
         "oloproof_progress",
-        "live progress line: auto (a terminal, or -v) | on | off",
+        "live progress line: auto (only when the output is a terminal) | on | off",
         default="auto",
     )
     parser.addini("oloproof_progress_interval", "seconds between progress lines (and before the first)", default="2")
@@ -564,7 +564,7 @@ class OloproofPlugin:
         if tr is None or mode == "off":
             return
         verbosity = int(self.config.get_verbosity())
-        if mode != "on" and not (verbosity >= 1 or (bool(tr.isatty()) and verbosity > -2)):
+        if mode != "on" and not (bool(tr.isatty()) and verbosity > -2):
             return
         try:
             every = max(float(self.config.getini("oloproof_progress_interval")), 0.0)
@@ -573,9 +573,7 @@ class OloproofPlugin:
                 "oloproof_progress_interval: expected a number of seconds, "
                 f"got {self.config.getini('oloproof_progress_interval')!r}"
             ) from None
-        self.progress_display = ProgressDisplay(
-            self.progress, lambda line: _write_own_line(tr, line), every_s=every, after_s=every
-        )
+        self.progress_display = ProgressDisplay(self.progress, _progress_writer(tr), every_s=every, after_s=every)
 
     def _tick(self) -> None:
         if self.progress_display is not None:
@@ -682,6 +680,10 @@ class OloproofPlugin:
             self._start_progress(None)
         if self.prefetcher is None:  # the prefetcher counts the cases it executes
             self.progress.add(rec)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        # after pytest has written the item's letter or outcome (and any line break of its own)
         self._tick()
 
     def _controller_evaluation(self) -> Evaluation | None:
@@ -846,14 +848,34 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _write_own_line(tr: Any, line: str) -> None:
-    """Write a line of our own between pytest's outputs, never inside a line of dots."""
-    tr.ensure_newline()
-    # pytest has no public "column" query; -q and xdist print dots without the path that
-    # ensure_newline() tracks, so look at the writer's column when it is there.
-    if getattr(getattr(tr, "_tw", None), "width_of_current_line", 0):
-        tr.write("\n")
-    tr.write_line(line)
+def _progress_writer(tr: Any) -> Callable[[str], bool]:
+    """Write the progress line only between pytest's lines, as pytest's own `[ 40%]` progress does.
+
+    pytest tracks where its output stands: the terminal writer's width of the current line
+    and the reporter's `currentfspath` (the file prefix of a line of dots, a node id in -v,
+    or -2 once a -v line is finished). Writing a line break of our own into a line of dots
+    would cut it short and make pytest reprint the file prefix, and in -v it would land
+    between a node id and its outcome. So the line is written only when pytest is at the
+    start of a line (after it wrapped a line of dots with its percentage), or when a -v
+    line is finished (pytest ends it itself before the next node id); otherwise this
+    returns False and the display tries again on the next item.
+    """
+    tw = getattr(tr, "_tw", None)
+
+    def write(line: str) -> bool:
+        width = getattr(tw, "width_of_current_line", None)
+        if tw is None or width is None:
+            return False
+        if width == 0:
+            tw.line(line)  # a line of its own; the dots go on below it under the same prefix
+        elif getattr(tr, "currentfspath", None) == -2:
+            tw.write("\n" + line)  # pytest's next node id starts with the line break that ends this one
+        else:
+            return False
+        tw.flush()
+        return True
+
+    return write
 
 
 #: Seconds an interrupted session waits for cases already running in the prefetcher.
