@@ -295,3 +295,48 @@ def test_every_judge_example_in_the_readme_builds(tmp_path: Path) -> None:
     for i, entry in enumerate(entries):
         built = registry.build(EvaluatorSettings.model_validate(entry), i, "README.md", tmp_path, is_rag=True)
         assert built.settings()["provider"]["model"] == entry.get("model")
+
+
+def test_a_subclass_forwarding_kwargs_keeps_its_bases_settings_and_their_checks() -> None:
+    from typing import Any
+
+    from pytest_oloproof.config import EvaluatorSettings
+    from pytest_oloproof.evaluators import CriterionValue, EvalInput, Evaluator
+    from pytest_oloproof.evaluators.registry import Registry
+
+    class Base(Evaluator):
+        type = "base_eval"
+
+        def __init__(self, criterion: str = "b", asserts: bool | None = None, *, threshold: float = 0.5) -> None:
+            super().__init__(criterion, asserts)
+            self.threshold = threshold
+
+        def evaluate(self, x: EvalInput) -> CriterionValue:
+            return CriterionValue.observed(True)
+
+    class Sub(Base):
+        type = "sub_eval"
+
+        def __init__(self, criterion: str = "s", asserts: bool | None = None, *, extra: int = 1, **kw: Any) -> None:
+            super().__init__(criterion, asserts, **kw)
+            self.extra = extra
+
+    registry = Registry({"sub_eval": Sub})
+    built = registry.build(
+        EvaluatorSettings.model_validate({"type": "sub_eval", "threshold": "0.25", "extra": 3}),
+        0,
+        "f.yaml",
+        None,
+        is_rag=False,
+    )
+    assert isinstance(built, Sub) and built.threshold == 0.25 and built.extra == 3
+    with pytest.raises(ConfigError, match=r"f.yaml: evaluators\[0\].threshold: expected a valid number"):
+        registry.build(
+            EvaluatorSettings.model_validate({"type": "sub_eval", "threshold": "high"}), 0, "f.yaml", None, is_rag=False
+        )
+    with pytest.raises(
+        ConfigError, match=r"evaluators\[0\].treshold: unknown key for sub_eval; did you mean threshold"
+    ):
+        registry.build(
+            EvaluatorSettings.model_validate({"type": "sub_eval", "treshold": 1}), 0, "f.yaml", None, is_rag=False
+        )

@@ -128,11 +128,20 @@ def _options_of(cls: type[Evaluator]) -> dict[str, Any]:
 
 
 def _hints_of(cls: type[Evaluator]) -> dict[str, Any]:
-    """Annotations of the settings, the nearest constructor's first; raises when one cannot be resolved."""
+    """Annotations of the settings, the nearest constructor's first; a constructor whose annotations
+    cannot be resolved contributes none (its settings are then passed on unchecked)."""
     hints: dict[str, Any] = {}
+    seen: set[str] = set()
     for init in _init_chain(cls):
-        for name, hint in typing.get_type_hints(init).items():
-            hints.setdefault(name, hint)
+        own = [n for n, p in inspect.signature(init).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        try:
+            resolved = typing.get_type_hints(init)
+        except Exception:
+            resolved = {}
+        for name in own:
+            if name not in seen and name in resolved:
+                hints[name] = resolved[name]
+        seen.update(own)
     return hints
 
 
