@@ -60,11 +60,11 @@ def test_both_names_give_the_same_public_objects() -> None:
         "import oloproof, pytest_oloproof\n"
         "names = oloproof.__all__\n"
         "assert all(getattr(oloproof, n) is getattr(pytest_oloproof, n) for n in names), names\n"
-        "print(sorted(names))\n"
+        "import json; print(json.dumps(sorted(names)))\n"
     )
     # a fresh interpreter in another folder: the installed package, not this checkout's path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", check=True).stdout
-    names = set(eval(out))
+    names = set(json.loads(out))
     assert {"rag_system", "Passage", "Retrieval", "evaluator", "Transient", "Evaluator", "CriterionValue"} <= names
     assert "EvalInput" in names and "ContextPassage" in names
 
