@@ -153,3 +153,29 @@ def test_progress_asked_for_without_a_terminal_keeps_pytests_lines_whole(project
     lines = item_lines(output)
     shown = check_verbose(lines) if flag == "-v" else check_dots(lines, prefix=flag is None)
     assert shown >= 2
+
+
+def test_a_refused_write_is_retried_on_the_next_tick_not_after_another_interval() -> None:
+    from pytest_oloproof.prefetch import Progress, ProgressDisplay
+
+    now = [0.0]
+    progress = Progress(10, clock=lambda: now[0])
+    can_write = [False]
+    written: list[str] = []
+
+    def write(line: str) -> bool:
+        if can_write[0]:
+            written.append(line)
+        return can_write[0]
+
+    display = ProgressDisplay(progress, write, every_s=2.0, after_s=2.0, clock=lambda: now[0])
+    now[0] = 3.0
+    display.tick()  # due, but pytest is mid-line
+    assert written == [] and display.shown == 0
+    now[0] = 3.1
+    can_write[0] = True
+    display.tick()  # the next line boundary: written at once
+    assert len(written) == 1 and display.shown == 1
+    now[0] = 3.2
+    display.tick()  # and then throttled again
+    assert len(written) == 1
