@@ -135,8 +135,9 @@ def run_markdown(
 # ------------------------------------------------------------------ a comparison
 
 
-def comparison_markdown(doc: Mapping[str, Any], doc_id: str, fmt_margin: Any) -> str:
-    """A comparison's section: warnings, the criterion table and its accounting, notes, decisions, gate."""
+def comparison_markdown(doc: Mapping[str, Any], doc_id: str, fmt_margin: Any, paragraphs: Sequence[str] = ()) -> str:
+    """A comparison's section: warnings, `paragraphs` (plain text, e.g. the cases that are not pairs), the
+    criterion table and its accounting, notes, decisions, gate."""
     out = [
         f"### Oloproof gate · {text(doc.get('gate') or 'no policy')}",
         "",
@@ -145,6 +146,8 @@ def comparison_markdown(doc: Mapping[str, Any], doc_id: str, fmt_margin: Any) ->
         "",
     ]
     out += quote([f"Warning: {text(w)}" for w in doc.get("warnings") or []])
+    for paragraph in paragraphs:
+        out += [text(paragraph), ""]
     rows = []
     accounting = []
     for name, c in doc["criteria"].items():
@@ -170,5 +173,6 @@ def comparison_markdown(doc: Mapping[str, Any], doc_id: str, fmt_margin: Any) ->
                 [text(d["name"]), text(d["criterion"]), text(test), f"**{text(d['outcome'])}**", text(d["reason"])]
             )
         out += table(("decision", "criterion", "test", "outcome", "reason"), decision_rows)
-        out += [f"**Gate: {text(doc['gate'])} (exit {doc['exit_code']})**", ""]
+        reason = f" · {text(doc['gate_reason'])}" if doc.get("gate_reason") else ""
+        out += [f"**Gate: {text(doc['gate'])} (exit {doc['exit_code']}){reason}**", ""]
     return "\n".join(out).rstrip("\n") + "\n\n"

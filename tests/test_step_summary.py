@@ -296,3 +296,17 @@ def test_the_step_summary_of_a_gated_session_renders(
     )
     assert sum(1 for i in items if i.startswith("q") and i.endswith(": ok")) == FAILED_CASES_SHOWN
     assert root.elements()[-1].text.startswith("Gate: BLOCK (exit 3)")
+
+
+def test_extra_paragraphs_and_the_gate_reason_render_in_place() -> None:
+    from pytest_oloproof.compare import fmt_margin
+    from pytest_oloproof.stepsummary import comparison_markdown
+
+    doc = {**_comparison(["one warning"]), "gate_reason": "cases_changed"}
+    para = "Cases not paired: 1 case changed between the runs: refund_review (expected)."
+    root = render(comparison_markdown(doc, "sha256:abc", fmt_margin, [para]))
+    assert_nothing_swallowed(root)
+    tags = [e.tag for e in root.elements()]
+    assert tags[:5] == ["h3", "p", "blockquote", "p", "table"], tags
+    assert root.elements()[3].text == para
+    assert root.elements()[-1].text == "Gate: BLOCK (exit 3) · cases_changed"
