@@ -89,6 +89,13 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
     ]
 
 
+def miss_lines(misses: Mapping[str, Any] | None) -> list[str]:
+    """Why the caches missed, per stage (see missreasons.py)."""
+    from .missreasons import lines
+
+    return lines(misses)
+
+
 #: terminal width a slice line wraps at
 SLICE_WIDTH = 120
 
@@ -135,6 +142,7 @@ def _slice_cell(row: Mapping[str, Any]) -> str:
 def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
     lines = metrics_table(record.get("metrics") or {}, float(record.get("confidence", 0.95)))
     lines += cache_lines(record["cache"])
+    lines += miss_lines(record.get("cache_misses"))
     lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
     errors = (record.get("counts") or {}).get("errors", 0)
     if errors:
@@ -149,7 +157,8 @@ def markdown_summary(record: Mapping[str, Any]) -> str:
     from .stepsummary import run_markdown
 
     metrics = record.get("metrics") or {}
-    return run_markdown(record, metric_rows(metrics), accounting_lines(metrics), cache_lines(record["cache"]))
+    cache = cache_lines(record["cache"]) + [line.strip() for line in miss_lines(record.get("cache_misses"))]
+    return run_markdown(record, metric_rows(metrics), accounting_lines(metrics), cache)
 
 
 def case_line(c: Mapping[str, Any]) -> str:
