@@ -19,6 +19,7 @@ from pytest_oloproof import (
     __version__,
     evaluator,
     rag_system,
+    report_usage,
 )
 
 __all__ = [
@@ -33,4 +34,5 @@ __all__ = [
     "__version__",
     "evaluator",
     "rag_system",
+    "report_usage",
 ]

@@ -35,6 +35,7 @@ from .policy import (
     load_policy,
 )
 from .store import Store, load_run_file
+from .usage import compare_costs, cost_lines
 
 SCHEMA = "oloproof.comparison/1"
 EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
@@ -628,7 +629,14 @@ def compare_runs(
         **({"gate_reason": gate_reason} if gate_reason else {}),
         "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
         "cases": case_rows,
+        **_cost_field(candidate, baseline),
     }
+
+
+def _cost_field(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """`cost`: per paired case and in total, what each run spent (absent when neither run recorded usage)."""
+    cost = compare_costs(candidate, baseline)
+    return {"cost": cost} if cost is not None else {}
 
 
 def _ids(ids: Sequence[str], limit: int = 5) -> str:
@@ -694,6 +702,7 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
             if reasons:
                 lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
     lines += list(doc.get("sample_size_notes") or [])
+    lines += cost_lines(doc.get("cost"))
     rows = doc.get("slices") or []
     if rows:
         lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
@@ -720,10 +729,10 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
 
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
     """A GitHub step-summary section: warnings, the cases not paired, criterion table and accounting, notes,
-    decisions and gate (rendering-safe Markdown: see `stepsummary`)."""
+    cost, decisions and gate (rendering-safe Markdown: see `stepsummary`)."""
     from .stepsummary import comparison_markdown
 
-    return comparison_markdown(doc, doc_id, fmt_margin, _markdown_case_sets(doc))
+    return comparison_markdown(doc, doc_id, fmt_margin, _markdown_case_sets(doc), cost_lines(doc.get("cost")))
 
 
 def _markdown_case_sets(doc: Mapping[str, Any]) -> list[str]:

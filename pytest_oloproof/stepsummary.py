@@ -19,7 +19,7 @@ FAILED_CASES_SHOWN = 20
 
 # ASCII punctuation that can start inline syntax anywhere (CommonMark lets any of it be escaped);
 # `[…]` alone stays as written (intervals): without a `(` after it, it is no link
-_INLINE = re.compile(r"([\\`*<~|&])")
+_INLINE = re.compile(r"([\\`*<~|&$])")  # `$` too: GitHub renders $…$ as math
 _LINK = re.compile(r"\]\(")
 # `_` opens or closes emphasis only next to a non-alphanumeric: `answer_correct` stays as written
 _UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
@@ -135,9 +135,15 @@ def run_markdown(
 # ------------------------------------------------------------------ a comparison
 
 
-def comparison_markdown(doc: Mapping[str, Any], doc_id: str, fmt_margin: Any, paragraphs: Sequence[str] = ()) -> str:
+def comparison_markdown(
+    doc: Mapping[str, Any],
+    doc_id: str,
+    fmt_margin: Any,
+    paragraphs: Sequence[str] = (),
+    after_notes: Sequence[str] = (),
+) -> str:
     """A comparison's section: warnings, `paragraphs` (plain text, e.g. the cases that are not pairs), the
-    criterion table and its accounting, notes, decisions, gate."""
+    criterion table and its accounting, notes, `after_notes` (plain text, e.g. the cost line), decisions, gate."""
     out = [
         f"### Oloproof gate · {text(doc.get('gate') or 'no policy')}",
         "",
@@ -163,7 +169,7 @@ def comparison_markdown(doc: Mapping[str, Any], doc_id: str, fmt_margin: Any, pa
                 accounting.append(text(f"{name} — {label}: {_reasons(reasons)}"))
     out += table(("criterion", "difference (points)", "interval", "accounting"), rows)
     out += bullets(accounting)
-    for note in doc.get("sample_size_notes") or []:  # paragraphs: a second list here would merge with the first
+    for note in [*(doc.get("sample_size_notes") or []), *after_notes]:  # paragraphs: a list would merge
         out += [text(note), ""]
     if doc.get("decisions"):
         decision_rows = []

@@ -88,7 +88,7 @@ def assert_nothing_swallowed(root: Node) -> None:
 
 
 def test_free_text_renders_literally() -> None:
-    nasty = "a | b *not bold* _nor this_ <b>no html</b> [x](http://y) `tick` ~~no~~ & co"
+    nasty = "a | b *not bold* _nor this_ <b>no html</b> [x](http://y) `tick` ~~no~~ & co, ~$0.12 vs $0.10"
     root = render(f"| {text(nasty)} |\n|---|\n| {code('run_`01`')} |\n")
     ((head,), (cell,)) = rows(root.find("table")[0])
     assert head == nasty and cell == "run_`01`"
