@@ -83,7 +83,10 @@ def test_citation_judge_takes_every_setting_of_the_groundedness_judge_plus_its_o
 
 
 @pytest.mark.parametrize("judge", ["groundedness_judge", "citation_support_judge"])
-def test_full_openai_settings_build_for_both_judges(tmp_path: Path, judge: str) -> None:
+def test_full_openai_settings_build_for_both_judges(
+    tmp_path: Path, judge: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("K", "sk-test")  # api_key_env must name a set variable before anything runs
     prompt = "{passage} {claim}" if judge == "citation_support_judge" else "{context} {answer}"
     (tmp_path / "p.txt").write_text(f"Judge this: {prompt}\n")
     path = _write(
@@ -276,7 +279,8 @@ def judge(messages):
     }
 
 
-def test_every_judge_example_in_the_readme_builds(tmp_path: Path) -> None:
+def test_every_judge_example_in_the_readme_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     import yaml
 
     from pytest_oloproof.config import EvaluatorSettings

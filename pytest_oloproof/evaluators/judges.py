@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..providers import Messages, Provider, SettingError, build_provider
+from ..errors import ConfigError
+from ..providers import Messages, Provider, build_provider
 from ..usage import BUDGET_EXHAUSTED, BudgetExhausted, judge_call, model_of
 from .base import ContextPassage, CriterionValue, EvalInput, Evaluator
 
@@ -159,13 +160,13 @@ class _LLMJudge(Evaluator):
             if not path.is_absolute() and base_dir is not None:
                 path = Path(base_dir) / path
             if not path.is_file():
-                raise SettingError("prompt", f"{self.type}: prompt file {str(path)!r} not found")
+                raise ConfigError(f"{self.type}: prompt file {str(path)!r} not found", key="prompt")
             text = path.read_text(encoding="utf-8")
         absent = [p for p in self.placeholders if "{" + p + "}" not in text]
         if absent:
-            raise SettingError(
-                "prompt",
+            raise ConfigError(
                 f"{self.type}: custom prompt lacks placeholder(s) " + ", ".join("{" + p + "}" for p in absent),
+                key="prompt",
             )
         return text, "custom"
 
