@@ -307,14 +307,14 @@ class RunRecorder:
         """
         assert self._writer is not None
         self._writer.flush()
-        written = [slim_case(rec) for rec in self.store.iter_cases(self.run_id)]
+        written = [slim_case(rec) for rec in self.store.iter_cases(self.run_id, strict=False)]
         if len(written) != len(self.cases):
             self.cases = written
 
     def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
         """The JSON run report with every full case record, streamed from the store (memory stays flat)."""
         head = {k: v for k, v in record.items() if k != "cases"}
-        cases = self.store.iter_cases(self.run_id)
+        cases = self.store.iter_cases(self.run_id, strict=False)
         write_json_stream(path, head, "cases", cases)
 
     def close(self) -> None:
