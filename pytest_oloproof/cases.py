@@ -140,6 +140,7 @@ def _read_file(path: Path, name: str, first_seen: dict[str, str], errors: list[s
         if not line.strip():
             continue
         non_blank += 1
+        numbers.seen = False
         try:
             obj = json.loads(
                 line,
@@ -154,11 +155,10 @@ def _read_file(path: Path, name: str, first_seen: dict[str, str], errors: list[s
             errors.append(f"{loc}: invalid JSON: {exc}")
             continue
         bad = list(_non_finite(obj, "")) if numbers.seen else []
-        numbers.seen = False
         if bad:
-            for path, literal in bad:
+            for key_path, literal in bad:
                 errors.append(
-                    f"{loc}: non-finite number at {path or 'the top level'} ({literal} is not a finite 64-bit "
+                    f"{loc}: non-finite number at {key_path or 'the top level'} ({literal} is not a finite 64-bit "
                     "number; JSON has no NaN or Infinity: use null, a string, or a finite number)"
                 )
             continue

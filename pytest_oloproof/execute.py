@@ -192,7 +192,7 @@ class Engine:
             rkey = keys.retrieve(input_json)
             cached = self.caches.get("retrieve", rkey, bypass=bypass)
             if is_candidates(cached):
-                candidates = cached
+                candidates = cached  # type: ignore[assignment]  # checked: a list of candidate records
                 rec["cache"]["retrieve"] = "hit"
             else:
                 result = yield _Call("retrieve", obj.retrieve, (case.input, depth))

@@ -17,7 +17,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 
-
 class _Stored(BaseModel):
     """Strict types (no "1" for 1, no 1 for true), unknown keys kept."""
 

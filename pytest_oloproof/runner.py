@@ -100,16 +100,23 @@ class Evaluation:
         gold: Sequence[Mapping[str, Any]] | None = None,
         bypass_judgment: bool = False,
     ) -> dict[str, Any]:
-        rec = evaluate_record(
-            case,
-            rec,
-            evaluators or self.evaluators,
-            self.caches,
-            relevance_unit=self.relevance_unit,
-            gold=gold,
-            bypass_judgment=bypass_judgment,
-        )
-        return with_case_fields(case, rec)
+        """The case record with its criteria; never raises but KeyboardInterrupt (see internal_error_case)."""
+        evs = evaluators or self.evaluators
+        try:
+            rec = evaluate_record(
+                case,
+                rec,
+                evs,
+                self.caches,
+                relevance_unit=self.relevance_unit,
+                gold=gold,
+                bypass_judgment=bypass_judgment,
+            )
+            return with_case_fields(case, rec)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            return with_case_fields(case, internal_error_case(rec, exc, [e.criterion for e in evs]))
 
     def header(
         self, *, cache_mode: CacheMode, purpose: str = "run", extra: Mapping[str, Any] | None = None
@@ -168,6 +175,44 @@ def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
     rec["metadata"] = case.metadata
     rec["source"] = case.source
     return rec
+
+
+def internal_error_case(rec: Mapping[str, Any], exc: BaseException, criteria: Iterable[str]) -> dict[str, Any]:
+    """A case that hit an error in Oloproof's own code: still a record, every criterion missing (`internal_error`).
+
+    So no case ever vanishes from a run: the run's cases are the selected cases, and
+    every metric's observed + missing + excluded is the number of cases.
+    """
+    import traceback
+
+    error = {
+        "stage": "oloproof",
+        "type": type(exc).__name__,
+        "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "transient": False,
+        "reason": "internal_error",
+    }
+    cache = rec.get("cache")
+    plain = {k: cache.get(k) for k in ("execution", "retrieve", "generate")} if isinstance(cache, Mapping) else {}
+    return {
+        "id": str(rec.get("id")),
+        "plan": rec.get("plan", "normal"),
+        "retrieval": None,
+        "context": None,
+        "dropped": [],
+        "context_truncated": False,
+        "output": None,
+        "error": error,
+        "cache": {
+            "execution": plain.get("execution") if plain.get("execution") in ("hit", "miss") else "miss",
+            "retrieve": plain.get("retrieve") if plain.get("retrieve") in ("hit", "miss") else None,
+            "generate": plain.get("generate") if plain.get("generate") in ("hit", "miss") else None,
+            "judgment": {"hit": 0, "miss": 0},
+        },
+        "criteria": {name: {"status": "missing", "reason": "internal_error"} for name in criteria},
+        "relevant_position": None,
+    }
 
 
 def case_from_record(rec: Mapping[str, Any]) -> Case:
@@ -278,7 +323,24 @@ class RunRecorder:
         return self._writer
 
     def add(self, rec: dict[str, Any]) -> None:
-        self._open().add_case(rec)
+        """Append a case; one that cannot be written as it is is recorded as an internal error, never dropped."""
+        writer = self._open()
+        try:
+            writer.add_case(rec)
+        except (TypeError, ValueError, OverflowError) as exc:  # not JSON (e.g. an evaluator's `actual` object)
+            criteria = rec.get("criteria")
+            configured = [e["criterion"] for e in self.header.get("evaluators", [])]
+            names = list(criteria) if isinstance(criteria, Mapping) else configured
+            fallback = internal_error_case(rec, exc, names)
+            for key in ("input", "expected", "metadata", "source"):
+                fallback[key] = rec.get(key)
+            try:
+                writer.add_case(fallback)
+            except (TypeError, ValueError, OverflowError):
+                for key in ("input", "expected", "metadata"):
+                    fallback[key] = None
+                writer.add_case(fallback)
+            rec = fallback
         self.cases.append(slim_case(rec))
 
     def summarize(self) -> dict[str, Any]:
