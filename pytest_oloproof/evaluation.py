@@ -239,7 +239,9 @@ def _judge(
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
         if value.value is not None and not math.isfinite(value.value):
             raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit, pytest.skip() ... from an evaluator: its criterion is missing
         return CriterionValue.missing(
             f"evaluator_error: {type(exc).__name__}: {exc}", detail={"traceback": traceback.format_exc()}
         ), False

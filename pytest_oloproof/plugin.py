@@ -217,6 +217,11 @@ class CaseItem(pytest.Function):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
+            if err.get("reason") == "internal_error":
+                head = (
+                    f"case {exc.case_id!r}: an error inside Oloproof (not the system); every criterion is missing "
+                    "with reason internal_error — please report it"
+                )
             return f"{head}\n{tb}{err.get('message', '')}".rstrip()
         return super().repr_failure(excinfo)
 
