@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,8 @@ def _raiser(stage: str, name: str, use_async: bool) -> Any:
 @pytest.mark.parametrize("driver", ["sync", "sync-timeout", "async", "async-timeout"])
 def test_a_base_exception_from_a_stage_is_the_cases_error(tmp_path: Path, name: str, stage: str, driver: str) -> None:
     use_async = driver.startswith("async")
+    if use_async and name == "CancelledError" and sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 cannot tell a stage's own CancelledError from its task being cancelled")
     timeout = 30.0 if driver.endswith("timeout") else None
     engine, caches, _ = make_engine(_raiser(stage, name, use_async), tmp_path, timeout_s=timeout)
     case = make_case(1)
@@ -299,6 +302,8 @@ SELECTED = sorted(c["id"] for c in MIXED_CASES if c["id"] != "deselected")
 def test_every_selected_case_is_recorded_whatever_fails(
     pytester: pytest.Pytester, use_async: bool, concurrency: int, workers: int
 ) -> None:
+    if use_async and sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 cannot tell a stage's own CancelledError from its task being cancelled")
     pytester.makepyfile(mixed_app=MIXED_SYSTEM.format(prefix="async " if use_async else ""))
     pytester.makeconftest(BUGGY_CONFTEST)
     pytester.makefile(".jsonl", cases="\n".join(json.dumps(c) for c in MIXED_CASES) + "\n")
