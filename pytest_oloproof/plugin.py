@@ -809,10 +809,7 @@ class OloproofPlugin:
         ev = self._controller_evaluation()
         if ev is None:
             return
-        recorded: set[str] = set()
-        if self.recorder is not None and self.recorder._writer is not None:
-            self.recorder._writer.flush()
-            recorded = {c["id"] for c in ev.store.iter_cases(self.recorder.run_id, strict=False)}
+        recorded = self.recorder.written_ids() if self.recorder is not None else set()
         evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
         for item in session.items:
             case = getattr(item, "case", None) if isinstance(item, CaseItem) else None

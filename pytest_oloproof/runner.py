@@ -361,6 +361,13 @@ class RunRecorder:
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
 
+    def written_ids(self) -> set[str]:
+        """Ids of the cases in cases.jsonl so far (what every reader sees, whatever an interruption left in memory)."""
+        if self._writer is None:
+            return set()
+        self._writer.flush()
+        return {str(rec.get("id")) for rec in self.store.iter_cases(self.run_id, strict=False)}
+
     def _reconcile(self) -> None:
         """After an interruption, count exactly the cases in cases.jsonl.
 

@@ -402,3 +402,25 @@ def test_an_interrupted_record_holds_exactly_the_cases_that_completed(
     assert again.ret == 0, again.stdout.str()
     hits = sorted(c["id"] for c in json.loads(report.read_text())["cases"] if c["cache"]["execution"] == "hit")
     assert hits == sorted(recorded)
+
+
+def test_a_record_with_fewer_cases_than_selected_is_never_complete(pytester: pytest.Pytester) -> None:
+    """A case whose item never ran (here a conftest fixture errors in its setup) leaves the run incomplete."""
+    pytester.makepyfile(mixed_app=MIXED_SYSTEM.format(prefix=""))
+    pytester.makeconftest(
+        "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef guard(request):\n"
+        "    if request.node.name.endswith('[b]'):\n        raise RuntimeError('setup failed')\n"
+    )
+    cases = [{"id": cid, "input": {"q": cid}, "expected": LABELS} for cid in ("a", "b", "c")]
+    pytester.makefile(".jsonl", cases="\n".join(json.dumps(c) for c in cases) + "\n")
+    pytester.makefile(
+        ".yaml",
+        oloproof="system:\n  rag:\n    object: mixed_app:System\ncases: cases.jsonl\nevaluators:\n"
+        "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\nstore: .oloproof\n",
+    )
+    report = pytester.path / "report.json"
+    result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", f"--oloproof-report={report}")
+    result.assert_outcomes(passed=2, errors=1)
+    record = json.loads(report.read_text())
+    assert sorted(c["id"] for c in record["cases"]) == ["a", "c"]
+    assert record["status"] == "incomplete"
