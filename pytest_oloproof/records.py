@@ -24,12 +24,15 @@ class _Stored(BaseModel):
 
 
 class StoredCandidate(_Stored):
+    """A recorded candidate: what the stage contract checks is checked again here, and no more
+    (a retriever's chunk ids and texts are its own business), so every record a run writes reads back."""
+
     position: int
     doc_id: str
-    chunk_id: str | None = None
+    chunk_id: str | int | None = None
     score: float | None = None
     tokens: int | None = None
-    text: str | None = None
+    text: Any = None
     metadata: dict[str, Any] | None = None
 
 
@@ -40,7 +43,7 @@ class StoredDropped(_Stored):
 
 class StoredCriterion(_Stored):
     status: Literal["observed", "missing", "excluded"]
-    value: float | None = None
+    value: bool | float | None = None
     reason: str | None = None
 
 
@@ -89,14 +92,19 @@ class StoredCase(_Stored):
     source: str | None = None
 
 
+Scalar = str | int | float | bool
+
+
 class StoredSystem(_Stored):
-    name: str
+    """The effective system settings (a decorator's values are not type-checked, so names may be any scalar)."""
+
+    name: Scalar
     kind: str | None = None
-    version: str | None = None
+    version: Scalar | None = None
     depth: int | None = None
     top_k: int | None = None
     token_budget: int | None = None
-    index_version: str | None = None
+    index_version: Scalar | None = None
 
 
 class StoredEvaluator(_Stored):
@@ -118,6 +126,12 @@ class StoredMetric(_Stored):
     passed: int | None = None
 
 
+class StoredCounts(_Stored):
+    cases: int | None = None
+    errors: int | None = None
+    internal_errors: int | None = None
+
+
 class StoredRun(_Stored):
     """run.json: the header written when a run starts, completed with its summary when it ends."""
 
@@ -131,7 +145,7 @@ class StoredRun(_Stored):
     metrics: dict[str, StoredMetric] = {}
     slices: list[Any] = []
     cache: dict[str, Any] | None = None
-    counts: dict[str, int] | None = None
+    counts: StoredCounts | None = None
     confidence: float | None = None
     min_slice_support: int | None = None
 

@@ -200,3 +200,36 @@ def test_stage_entries_of_the_wrong_shape_are_misses(tmp_path: Path) -> None:
     assert rec["error"] is None and rec["cache"]["retrieve"] == "miss"
     assert rec["output"] == {"answer": "answer to question 2"}
     caches.close()
+
+
+LOOSE_SYSTEM = """
+from pytest_oloproof import Passage, Retrieval, rag_system
+
+
+@rag_system(name="loose", version=2, depth=2, index_version=7)  # the decorator does not check types
+class System:
+    def retrieve(self, input, depth):
+        return Retrieval(query=input["q"], depth=depth, candidates=(Passage("d1", 1, "text", chunk_id=3),))
+
+    def generate(self, input, context):
+        return {"answer": "text"}
+"""
+
+
+def test_every_record_a_run_writes_reads_back_and_is_served_from_the_cache(pytester: pytest.Pytester) -> None:
+    """The strict models check what the writers guarantee, nothing more: a run's own records always read back."""
+    pytester.makepyfile(loose_app=LOOSE_SYSTEM)
+    pytester.makefile(".jsonl", cases='{"id": "a", "input": {"q": "x"}, "expected": {"answer": "text"}}\n')
+    pytester.makefile(
+        ".yaml",
+        oloproof="system:\n  rag:\n    object: loose_app:System\ncases: cases.jsonl\nevaluators:\n"
+        "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\nstore: .oloproof\n",
+    )
+    for _ in range(2):
+        result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
+        result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*Cache: execution 1 hit/0 miss*"])
+    store = Store(pytester.path / ".oloproof")
+    for run_id in store.run_ids():
+        record = store.load_run(run_id)
+        assert record["system"]["version"] == 2 and record["cases"][0]["retrieval"][0]["chunk_id"] == 3
