@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 
 class _Stored(BaseModel):
@@ -160,9 +160,6 @@ class StoredExecution(_Stored):
     output: Any
 
 
-_CANDIDATES: TypeAdapter[list[StoredCandidate]] = TypeAdapter(list[StoredCandidate])
-
-
 def problems(exc: ValidationError, prefix: str = "") -> str:
     """What pydantic found, as `key.path: message (got value)`, the first few joined by '; '."""
     out = []
@@ -202,27 +199,47 @@ def check_run(value: Any, prefix: str = "") -> str | None:
 
 
 def is_execution_entry(value: Any, *, rag: bool) -> bool:
-    """Whether a cached execution value can stand in for executing the case (else it is a miss)."""
-    if not isinstance(value, Mapping):
+    """Whether a cached execution value can stand in for executing the case (else it is a miss).
+
+    The check StoredExecution describes, written out by hand: it runs on every execution-cache
+    hit (a warm run's one lookup per case), where pydantic would cost several times as much.
+    """
+    if type(value) is not dict or not _EXECUTION_KEYS <= value.keys():
         return False
-    try:
-        StoredExecution.model_validate(value)
-    except ValidationError:
+    retrieval, context, dropped = value["retrieval"], value["context"], value["dropped"]
+    if retrieval is not None and not is_candidates(retrieval):
+        return False
+    if context is not None and not (type(context) is list and all(type(p) is int for p in context)):
+        return False
+    if type(dropped) is not list or not all(
+        type(d) is dict and type(d.get("position")) is int and type(d.get("reason")) is str for d in dropped
+    ):
+        return False
+    if type(value["context_truncated"]) is not bool:
         return False
     if rag:
-        return value["retrieval"] is not None and value["context"] is not None and isinstance(value["output"], Mapping)
+        return retrieval is not None and context is not None and isinstance(value["output"], Mapping)
     return True
 
 
 def is_candidates(value: Any) -> bool:
-    """Whether a cached retrieve value is a list of well-formed candidates."""
-    if not isinstance(value, list):
+    """Whether a cached retrieve value is a list of well-formed candidates (StoredCandidate, by hand)."""
+    return type(value) is list and all(_is_candidate(c) for c in value)
+
+
+_EXECUTION_KEYS = frozenset(StoredExecution.model_fields)
+
+
+def _is_candidate(c: Any) -> bool:
+    if type(c) is not dict or type(c.get("position")) is not int or type(c.get("doc_id")) is not str:
         return False
-    try:
-        _CANDIDATES.validate_python(value)
-    except ValidationError:
-        return False
-    return True
+    chunk, score, tokens, meta = c.get("chunk_id"), c.get("score"), c.get("tokens"), c.get("metadata")
+    return (
+        (chunk is None or type(chunk) in (str, int))
+        and (score is None or type(score) in (float, int))
+        and (tokens is None or type(tokens) is int)
+        and (meta is None or type(meta) is dict)
+    )
 
 
 def _json_type(value: Any) -> str:

@@ -233,3 +233,42 @@ def test_every_record_a_run_writes_reads_back_and_is_served_from_the_cache(pytes
     for run_id in store.run_ids():
         record = store.load_run(run_id)
         assert record["system"]["version"] == 2 and record["cases"][0]["retrieval"][0]["chunk_id"] == 3
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"retrieval": [], "context": [], "dropped": [], "context_truncated": False, "output": {}},
+        {
+            "retrieval": [{"position": 1, "doc_id": "d", "chunk_id": 2, "score": 1, "tokens": 3, "metadata": {}}],
+            "context": [1],
+            "dropped": [{"position": 1, "reason": "token_budget"}],
+            "context_truncated": True,
+            "output": {"answer": "x"},
+            "verdicts": {},
+        },
+        {"retrieval": None, "context": None, "dropped": [], "context_truncated": False, "output": "plain"},
+        {"retrieval": [{"position": True, "doc_id": "d"}], "context": [], "dropped": [], "context_truncated": False},
+        {"retrieval": [], "context": [1.0], "dropped": [], "context_truncated": False, "output": {}},
+        {"retrieval": [], "context": [], "dropped": [{"position": 1}], "context_truncated": False, "output": {}},
+        {
+            "retrieval": [{"position": 1, "doc_id": "d", "score": "high"}],
+            "context": [],
+            "dropped": [],
+            "context_truncated": False,
+            "output": {},
+        },
+        [],
+    ],
+)
+def test_the_fast_execution_entry_check_agrees_with_its_model(entry: Any) -> None:
+    from pydantic import ValidationError
+
+    from pytest_oloproof.records import StoredExecution, is_execution_entry
+
+    try:
+        StoredExecution.model_validate(entry)
+        valid = True
+    except ValidationError:
+        valid = False
+    assert is_execution_entry(entry, rag=False) is valid
