@@ -148,7 +148,8 @@ class Store:
         Each line is checked (RecordError naming file, line and what is wrong), except
         a torn last line of a run that did not complete (a process killed mid-write
         leaves one, without its newline). `strict=False` is for the run's own writer,
-        re-reading what it has just written.
+        re-reading what it has just written, and for best-effort readers: lines that
+        are not JSON objects are skipped there, and the rest is not checked.
         """
         path = self.run_dir(run_id) / "cases.jsonl"
         if not path.is_file():
@@ -172,7 +173,11 @@ class Store:
                         continue
                     pending = (number, line, f"not a JSON object: {exc}")
                     continue
-                problem = check(rec) if check is not None else None
+                if check is None:
+                    if isinstance(rec, dict):  # lenient: a line that is not a record is skipped
+                        yield rec
+                    continue
+                problem = check(rec)
                 if problem is not None:
                     pending = (number, line, problem)
                     continue
