@@ -174,12 +174,19 @@ def test_a_run_report_used_as_a_baseline_is_validated_whole(project: Project, tm
 @pytest.mark.parametrize(
     "entry",
     [
-        {},
-        {"retrieval": None, "context": None, "dropped": [], "context_truncated": False, "output": None},
-        {"retrieval": [{"position": 1}], "context": [1], "dropped": [], "context_truncated": False, "output": {}},
-        {"retrieval": [], "context": [], "dropped": [], "context_truncated": "no", "output": {"answer": "x"}},
+        {"query": "q"},
+        {"query": "q", "retrieval": None, "context": None, "dropped": [], "context_truncated": False, "output": None},
+        {
+            "query": "q",
+            "retrieval": [{"position": 1}],
+            "context": [1],
+            "dropped": [],
+            "context_truncated": False,
+            "output": {},
+        },
+        {"query": "q", "retrieval": [], "context": [], "dropped": [], "context_truncated": "no", "output": {"a": 1}},
     ],
-    ids=["empty", "no-retrieval", "bad-candidate", "string-bool"],
+    ids=["only-query", "no-retrieval", "bad-candidate", "string-bool"],
 )
 def test_an_execution_entry_of_the_wrong_shape_is_a_miss(tmp_path: Path, entry: dict[str, Any]) -> None:
     engine, caches, _ = make_engine(ScriptedSystem(), tmp_path)
@@ -195,7 +202,8 @@ def test_an_execution_entry_of_the_wrong_shape_is_a_miss(tmp_path: Path, entry: 
 def test_stage_entries_of_the_wrong_shape_are_misses(tmp_path: Path) -> None:
     engine, caches, _ = make_engine(ScriptedSystem(), tmp_path)
     case = make_case(2)
-    caches.put("retrieve", retrieve_key(SYSCONF, case.input), [1, 2])  # a list, but not of candidates
+    # the shape of a retrieve entry, but its candidates are not candidates
+    caches.put("retrieve", retrieve_key(SYSCONF, case.input), {"query": "q", "candidates": [1, {"position": "1"}]})
     rec = engine.execute(case)
     assert rec["error"] is None and rec["cache"]["retrieve"] == "miss"
     assert rec["output"] == {"answer": "answer to question 2"}
