@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -132,14 +133,15 @@ class Store:
         """run.json of a run, validated (RecordError naming the file and what is wrong)."""
         path = self.run_dir(run_id) / "run.json"
         try:
-            header = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            header = json.loads(text)
         except (OSError, ValueError) as exc:
             raise RecordError(path, None, f"not readable JSON: {exc}", run_id=run_id) from exc
         from .records import check_run
 
         problem = check_run(header)
         if problem is not None:
-            raise RecordError(path, None, problem, run_id=run_id)
+            raise RecordError(path, _line_of_key(text, problem), problem, run_id=run_id)
         return header  # type: ignore[no-any-return]
 
     def iter_cases(self, run_id: str, *, strict: bool = True) -> Iterator[dict[str, Any]]:
@@ -275,6 +277,13 @@ def load_run_file(path: Path) -> dict[str, Any]:
     if problem is not None:
         raise RecordError(path, None, problem)
     return data
+
+
+def _line_of_key(text: str, problem: str) -> int | None:
+    """The line of run.json holding the top-level key a problem names (`system: ...` -> the `"system":` line)."""
+    key = re.split(r"[.\[:]", problem, maxsplit=1)[0]
+    lines = [n for n, line in enumerate(text.splitlines(), 1) if line.startswith(f'  "{key}":')]
+    return lines[0] if len(lines) == 1 else None
 
 
 class RecordError(StoreError):

@@ -112,17 +112,18 @@ def test_a_wrong_shaped_run_json_is_an_error_and_runs_lists_the_others(
     good, bad = project.run(), project.run()
     path = project.store / "runs" / bad / "run.json"
     header = json.loads(path.read_text(encoding="utf-8"))
-    if content is None:
-        content = json.dumps({**header, "system": "x"})
-    elif content == "metrics-list":
-        content = json.dumps({**header, "metrics": [header["metrics"]]})
-    elif content == "status-odd":
-        content = json.dumps({**header, "status": "finished"})
+    where = f"{path}: "
+    changed = {None: {"system": "x"}, "metrics-list": {"metrics": [header["metrics"]]}, "status-odd": {"status": "?"}}
+    if content in changed:
+        key = next(iter(changed[content]))
+        content = json.dumps({**header, **changed[content]}, indent=2)  # as run.json is written
+        line = next(n for n, text in enumerate(content.splitlines(), 1) if text.startswith(f'  "{key}":'))
+        where = f"{path}:{line}: "  # the line of the key that is wrong
     path.write_text(content, encoding="utf-8")
 
     code, out, err = main(project, capsys, "inspect", bad)
     assert code == 2, out + err
-    assert f"{path}: " in err and problem in err, err
+    assert where in err and problem in err, err
 
     code, out, err = main(project, capsys, "runs")
     assert code == 0, err
