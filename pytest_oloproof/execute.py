@@ -58,7 +58,7 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
         except ConfigError as exc:
             raise ConfigError(f"{at('system', 'rag', 'object')}: {exc}") from exc
         cls = target if inspect.isclass(target) else type(target)
-        declared = dict(getattr(cls, "__oloproof_rag__", None) or {})
+        declared = dict(getattr(target, "__oloproof_rag__", None) or {})  # an adapter instance carries its own
         if not callable(getattr(target, "retrieve", None)) or not callable(getattr(target, "generate", None)):
             raise ConfigError(
                 f"{at('system', 'rag', 'object')}: system.rag.object: {s.rag.object!r} has no retrieve() and "
