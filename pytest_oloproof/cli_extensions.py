@@ -5,4 +5,4 @@ Each *_cli module is light: the core it drives (and scipy) is imported only when
 
 from __future__ import annotations
 
-from . import compare_cli, diagnose_cli, judge_cli  # noqa: F401
+from . import compare_cli, diagnose_cli, judge_cli, report_cli  # noqa: F401

@@ -622,6 +622,7 @@ class SessionGate:
         self.baseline = baseline
         self.baseline_source = baseline_source
         self.policy = policy
+        self.comparison: tuple[str, dict[str, Any]] | None = None  # (id, document) once applied
 
     @classmethod
     def prepare(
@@ -658,6 +659,7 @@ class SessionGate:
                 record, self.baseline, self.policy, store=self.store, sources=(None, self.baseline_source)
             )
             doc_id = self.store.save_doc("comparison", doc)
+            self.comparison = (doc_id, doc)
         except OloproofError as exc:
             summary_lines.append(f"Comparison not possible: {exc}")
             return EXIT_USAGE if self.policy is not None else None

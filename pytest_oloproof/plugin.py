@@ -81,6 +81,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="cases executing at once (overrides `concurrency`)",
     )
     group.addoption("--oloproof-report", dest="oloproof_report", metavar="PATH", help="write the JSON run report")
+    group.addoption(
+        "--oloproof-html",
+        dest="oloproof_html",
+        metavar="PATH",
+        help="write the run's self-contained HTML report (with the comparison when a baseline is given)",
+    )
     group.addoption("--oloproof-diagnose", dest="oloproof_diagnose", metavar="RUN_ID", help="diagnose a run")
     group.addoption(
         "--oloproof-intervention",
@@ -480,6 +486,12 @@ class OloproofPlugin:
             from .store import write_json
 
             write_json(Path(report_path), result.to_json())
+        html_path = self.config.getoption("oloproof_html")
+        if html_path and result.doc_id is not None:
+            from .report.html import render_page, write_page
+            from .report.model import diagnosis_view
+
+            write_page(Path(html_path), render_page(diagnosis_view(result.doc, result.doc_id)))
 
     # -- running
 
@@ -751,8 +763,29 @@ class OloproofPlugin:
         if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
             gate_exit = self.gate.apply(record, self.summary_lines, step)
             self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
+        html_path = self.config.getoption("oloproof_html")
+        if html_path:
+            self._write_html(Path(html_path), record)
         if self.gate_exit is not None:
             session.exitstatus = self.gate_exit
+
+    def _write_html(self, path: Path, record: dict[str, Any]) -> None:
+        """The run's HTML page, with the session's comparison when there was one."""
+        from .report.html import run_page, write_page
+
+        assert self.recorder is not None
+        # the record holds slim case summaries; the page shows every full case, read back from the store
+        record = {**record, "cases": list(self.recorder.store.iter_cases(self.recorder.run_id))}
+        gate = self.gate
+        comparison = None
+        if gate is not None and gate.comparison is not None:
+            comparison = (*gate.comparison, gate.baseline)
+        try:
+            write_page(path, run_page(record, self.recorder.store, comparison))
+        except OSError as exc:  # the run is recorded; only its page is lost
+            self.summary_lines.append(f"warning: could not write the HTML report {path}: {exc}")
+            return
+        self.summary_lines.append(f"HTML report: {path}")
 
     def _stop_prefetcher(self, session: pytest.Session, exitstatus: int) -> None:
         """Start no new case; on interruption, record the cases that finished ahead of their items.
