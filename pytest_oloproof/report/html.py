@@ -134,7 +134,7 @@ def run_page(
 
 def page_for(store: Store, ref: str) -> tuple[str, str, str]:
     """(kind, full id, HTML) for a run, diagnosis or comparison id or unique prefix."""
-    kind, full = store.resolve(ref)
+    kind, full = store.resolve(ref, kinds=("run", "diagnosis", "comparison"))
     if kind == "run":
         return kind, full, run_page(store.load_run(full), store)
     doc = store.load_doc(kind, full)

@@ -308,6 +308,12 @@ def _criterion_cells(case: Mapping[str, Any], criteria: Sequence[str]) -> list[l
     return out
 
 
+def _timings(timings: Any) -> Any:
+    if not isinstance(timings, Mapping):
+        return timings
+    return {k: round(v, 6) if isinstance(v, float) and math.isfinite(v) else v for k, v in timings.items()}
+
+
 def _criterion_details(case: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name, c in (case.get("criteria") or {}).items():
@@ -354,7 +360,7 @@ def case_payload(
                 "q": case.get("query"),
                 "r": _ladder(case, qrels, unit, top_k, texts),
                 "e": case.get("error"),
-                "tm": case.get("timings"),
+                "tm": _timings(case.get("timings")),
                 "ca": case.get("cache"),
                 "cd": _criterion_details(case),
                 "src": case.get("source"),
