@@ -147,11 +147,11 @@ def test_case_payload_marks_relevance_cut_and_budget() -> None:
     data = model.case_payload(RECORD)
     rows = {c["id"]: c for c in data["cases"]}
     ladder = rows["dropped"]["r"]
-    assert [r[6] for r in ladder] == ["context", "dropped:token_budget", "below"]
+    assert [r[6] for r in ladder] == ["c", "d:token_budget", "b"]  # in context, dropped by the budget, below top-k
     assert [r[5] for r in ladder] == [None, 1, None]
     assert rows["unlabelled"]["r"][0][5] is None
     assert rows["missed"]["f"] is True and rows["good"]["f"] is False
-    assert len(data["texts"]) == 1  # one passage text, stored once for every case that retrieved it
+    assert data["texts"] == ["t"]  # one passage text, stored once for every case that retrieved it
 
 
 # ------------------------------------------------------------------ diagnosis and comparison views

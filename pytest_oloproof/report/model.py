@@ -273,13 +273,13 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
     for c in retrieval:
         pos = c.get("position")
         if pos in context:
-            state = "context"
+            state = "c"  # entered the context
         elif pos in dropped:
-            state = "dropped:" + dropped[pos]
+            state = "d:" + dropped[pos]  # dropped by assembly, with its reason
         elif top_k is not None and isinstance(pos, int) and pos > int(top_k):
-            state = "below"
+            state = "b"  # below the top-k cut
         else:
-            state = "out"
+            state = "o"  # within top-k, not in the context, no reason recorded
         grade = None if qrels is None else qrels.get(_unit_key(c, unit))
         rows.append(
             [
@@ -296,6 +296,14 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
     return rows
 
 
+def _short_float(v: float | None) -> float | None:
+    """Six decimals are plenty for a table cell, but never round a value below 1 up to a pass."""
+    if v is None:
+        return None
+    r = round(v, 6)
+    return v if (v < 1.0 <= r) or (v > 0.0 >= r) else r
+
+
 def _criterion_cells(case: Mapping[str, Any], criteria: Sequence[str]) -> list[list[Any]]:
     out = []
     for name in criteria:
@@ -304,7 +312,7 @@ def _criterion_cells(case: Mapping[str, Any], criteria: Sequence[str]) -> list[l
             out.append(["m", "not_evaluated"])
             continue
         code = _STATUS_CODE.get(str(c.get("status")), "m")
-        out.append([code, _num(c.get("value"))] if code == "o" else [code, c.get("reason")])
+        out.append([code, _short_float(_num(c.get("value")))] if code == "o" else [code, c.get("reason")])
     return out
 
 
@@ -314,17 +322,46 @@ def _timings(timings: Any) -> Any:
     return {k: round(v, 6) if isinstance(v, float) and math.isfinite(v) else v for k, v in timings.items()}
 
 
-def _criterion_details(case: Mapping[str, Any]) -> dict[str, Any]:
+def _criterion_details(case: Mapping[str, Any], texts: _Texts) -> dict[str, Any]:
+    """Per criterion what the table does not already hold: expected, actual, reason, rationale, traceback.
+
+    Strings go through the page's text table (`xs`, `as`: an index) since runs repeat them case after
+    case ("relevant units within the first 2"); other values stay as they are (`x`, `a`). An actual
+    equal to the criterion's value is left out.
+    """
     out = {}
     for name, c in (case.get("criteria") or {}).items():
-        d = {k: c[k] for k in ("status", "value", "reason", "expected", "actual") if c.get(k) is not None}
+        d: dict[str, Any] = {}
+        for key, short in (("expected", "x"), ("actual", "a")):
+            v = c.get(key)
+            if v is None or (key == "actual" and _num(v) is not None and _num(v) == _num(c.get("value"))):
+                continue
+            if isinstance(v, str):
+                d[short + "s"] = texts.ref(v)
+            else:
+                d[short] = v
+        if c.get("status") != "observed" and c.get("reason"):
+            d["reason"] = c["reason"]
         detail = c.get("detail") or {}
         if isinstance(detail, Mapping):
             for key in ("rationale", "traceback", "message"):
                 if detail.get(key):
                     d[key] = detail[key]
-        out[name] = d
+        if d:
+            out[name] = d
     return out
+
+
+def _cache(cache: Any) -> Any:
+    """[execution, retrieve, generate, judgment hits, judgment misses]: the case's cache line, compactly."""
+    if not isinstance(cache, Mapping):
+        return None
+    j = cache.get("judgment") or {}
+    return [cache.get("execution"), cache.get("retrieve"), cache.get("generate"), j.get("hit"), j.get("miss")]
+
+
+def _without_nulls(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if v is not None}
 
 
 def case_payload(
@@ -345,7 +382,7 @@ def case_payload(
         qrels = grades_of(case, unit)
         label = (labels or {}).get(str(case.get("id")))
         rows.append(
-            {
+            _without_nulls({
                 "id": case.get("id"),
                 "f": case_failed(case, asserts),
                 "c": _criterion_cells(case, criteria),
@@ -361,11 +398,11 @@ def case_payload(
                 "r": _ladder(case, qrels, unit, top_k, texts),
                 "e": case.get("error"),
                 "tm": _timings(case.get("timings")),
-                "ca": case.get("cache"),
-                "cd": _criterion_details(case),
+                "ca": _cache(case.get("cache")),
+                "cd": _criterion_details(case, texts),
                 "src": case.get("source"),
                 "dg": dict(label) if label else None,
-            }
+            })
         )
     metric_kinds = {n: (record.get("metrics") or {}).get(n, {}).get("kind") for n in criteria}
     return {

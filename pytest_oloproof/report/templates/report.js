@@ -179,10 +179,10 @@
   }
   function pre(v) { return el("pre", null, pretty(v)); }
   function stateText(s) {
-    if (s === "context") { return "in context"; }
-    if (s === "below") { return "below top-k"; }
-    if (s.indexOf("dropped:") === 0) {
-      var why = s.slice(8);
+    if (s === "c") { return "in context"; }
+    if (s === "b") { return "below top-k"; }
+    if (s.indexOf("d:") === 0) {
+      var why = s.slice(2);
       return why === "token_budget" ? "dropped by token budget" : "dropped (" + why + ")";
     }
     return "not in context";
@@ -231,14 +231,17 @@
     var body = el("tbody");
     CRIT.forEach(function (k, i) {
       var d = c.cd[k.name] || {};
+      var expected = d.xs !== undefined ? TEXTS[d.xs] : d.x;
+      var actual = d.as !== undefined ? TEXTS[d.as] : d.a;
+      if (actual === undefined && c.c[i][0] === "o") { actual = c.c[i][1]; }
       var tr = el("tr");
       tr.dataset.criterion = k.name;
       tr.appendChild(el("td", null, k.name));
       tr.appendChild(el("td", cellClass(c.c[i], k.kind), cellText(c.c[i], k.kind)));
-      tr.appendChild(el("td", null, d.expected === undefined ? "" : pretty(d.expected)));
-      tr.appendChild(el("td", null, d.actual === undefined ? "" : pretty(d.actual)));
+      tr.appendChild(el("td", null, expected === undefined ? "" : pretty(expected)));
+      tr.appendChild(el("td", null, actual === undefined ? "" : pretty(actual)));
       var why = el("td");
-      if (d.reason) { why.appendChild(el("div", null, d.reason)); }
+      if (d.reason || (c.c[i][0] !== "o" && c.c[i][1])) { why.appendChild(el("div", null, d.reason || c.c[i][1])); }
       if (d.rationale) { why.appendChild(el("div", "rationale", "Judge rationale: " + d.rationale)); }
       if (d.message) { why.appendChild(el("div", null, d.message)); }
       if (d.traceback) { why.appendChild(pre(d.traceback)); }
@@ -292,7 +295,9 @@
     var meta = el("div", "cols");
     var m1 = el("div"), m2 = el("div"), m3 = el("div");
     section(m1, "Timings (s)", pre(c.tm));
-    section(m2, "Cache", pre(c.ca));
+    section(m2, "Cache", pre(c.ca ? {
+      execution: c.ca[0], retrieve: c.ca[1], generate: c.ca[2], judgment: { hit: c.ca[3], miss: c.ca[4] }
+    } : null));
     section(m3, "Metadata", pre(c.md));
     meta.appendChild(m1); meta.appendChild(m2); meta.appendChild(m3);
     body.appendChild(meta);
