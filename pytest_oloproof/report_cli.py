@@ -32,11 +32,16 @@ def cmd_report(args: argparse.Namespace) -> int:
     target = Path(args.html)
     if args.id is None:
         if target.exists() and not target.is_dir():
-            raise cli.UsageError(f"--html: {target} is a file; with no ID the report is a folder (index.html and pages)")
+            raise cli.UsageError(
+                f"--html: {target} is a file; with no ID the report is a folder (index.html and pages)"
+            )
         written = write_index(store, target)
         lines = [f"Wrote {len(written)} pages to {target}/ (open {target / 'index.html'})"]
-        cli._emit(args, {"directory": str(target), "index": str(target / "index.html"),
-                         "pages": [str(p) for p in written]}, lines)
+        cli._emit(
+            args,
+            {"directory": str(target), "index": str(target / "index.html"), "pages": [str(p) for p in written]},
+            lines,
+        )
         return cli.EXIT_OK
     if target.is_dir():
         raise cli.UsageError(f"--html: {target} is a folder; give the file to write, e.g. {target / 'report.html'}")

@@ -160,7 +160,9 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     return Site(site, run_id, diagnosis, comparison)
 
 
-def test_run_page_lists_13_cases_and_filters_to_the_4_failed(example_site: Site, open_page: Any, tmp_path: Path) -> None:
+def test_run_page_lists_13_cases_and_filters_to_the_4_failed(
+    example_site: Site, open_page: Any, tmp_path: Path
+) -> None:
     opened = open_page(example_site.root / f"{example_site.run_id}.html")
     page = opened.page
     assert page.locator("#case-rows tr").count() == 13
@@ -262,14 +264,18 @@ def test_comparison_page_shows_block(example_site: Site, open_page: Any, tmp_pat
     assert page.locator(".gate").get_attribute("data-gate") == "BLOCK"
     assert page.locator(".gate").inner_text() == "Gate: BLOCK (exit 3)"
     decisions = page.locator("table.decisions tbody tr").all_inner_texts()
-    assert len(decisions) == 2 and all("INSUFFICIENT_EVIDENCE" in d and "interval_overlaps_margin" in d for d in decisions)
+    assert len(decisions) == 2 and all(
+        "INSUFFICIENT_EVIDENCE" in d and "interval_overlaps_margin" in d for d in decisions
+    )
     assert page.locator("svg.forest line.margin").count() == 2  # the two decisions' margins
     assert "about 73 would be needed with no changed verdicts" in page.locator("main").inner_text()
     shot(opened, tmp_path, "comparison")
     opened.check_clean()
 
 
-def test_index_lists_runs_newest_first_and_links_their_pages(example_site: Site, open_page: Any, tmp_path: Path) -> None:
+def test_index_lists_runs_newest_first_and_links_their_pages(
+    example_site: Site, open_page: Any, tmp_path: Path
+) -> None:
     opened = open_page(example_site.root / "index.html")
     page = opened.page
     hrefs = page.locator("#runs tbody a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
@@ -284,9 +290,7 @@ def test_dark_mode_and_print_keep_the_page_readable(example_site: Site, open_pag
     opened = open_page(example_site.root / f"{example_site.run_id}.html")
     page = opened.page
     page.emulate_media(color_scheme="dark")
-    colors = page.evaluate(
-        "() => { const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]; }"
-    )
+    colors = page.evaluate("() => { const s = getComputedStyle(document.body); return [s.backgroundColor, s.color]; }")
     assert colors == ["rgb(20, 23, 28)", "rgb(228, 231, 236)"]
     shot(opened, tmp_path, "run-dark")
     page.emulate_media(media="print", color_scheme="dark")
@@ -298,7 +302,7 @@ def test_dark_mode_and_print_keep_the_page_readable(example_site: Site, open_pag
 # ------------------------------------------------------------------ hostile strings
 
 
-XSS_APP = '''
+XSS_APP = """
 from pytest_oloproof import Passage, Retrieval, rag_system
 
 XSS = {xss!r}
@@ -317,7 +321,7 @@ class Hostile:
 
     def count_tokens(self, passage):
         return 5
-'''
+"""
 
 
 def test_hostile_strings_render_as_text(tmp_path: Path, open_page: Any) -> None:
@@ -330,8 +334,12 @@ def test_hostile_strings_render_as_text(tmp_path: Path, open_page: Any) -> None:
         "  - {type: hit_rate, k: 2}\nslices: [metadata.tag]\nmin_slice_support: 1\n"
     )
     (project / "pytest.ini").write_text("[pytest]\n")
-    case = {"id": "hostile", "input": {"q": "q " + XSS}, "expected": {"answer": "answer", "relevant": [{"doc_id": XSS}]},
-            "metadata": {"tag": XSS}}
+    case = {
+        "id": "hostile",
+        "input": {"q": "q " + XSS},
+        "expected": {"answer": "answer", "relevant": [{"doc_id": XSS}]},
+        "metadata": {"tag": XSS},
+    }
     (project / "cases.jsonl").write_text(json.dumps(case) + "\n")
     assert cli(project, "run", "-q", "-p", "no:cacheprovider").returncode == 0
     run_id = json.loads(cli(project, "runs", "--json").stdout)["runs"][0]["run_id"]

@@ -48,7 +48,12 @@ def test_nice_symmetric_holds_every_bound() -> None:
 
 def _plot(rows: list[ForestRow]) -> ET.Element:
     svg = forest_plot(
-        rows, domain=(0.0, 1.0), ticks=(0.0, 0.5, 1.0), tick_format=percent_tick, title=HOSTILE, label_width=100,
+        rows,
+        domain=(0.0, 1.0),
+        ticks=(0.0, 0.5, 1.0),
+        tick_format=percent_tick,
+        title=HOSTILE,
+        label_width=100,
         plot_width=200,
     )
     return ET.fromstring(str(svg))
@@ -110,7 +115,9 @@ def _case(cid: str, relevant: str | None, retrieval: list[str], context: list[in
         "id": cid,
         "retrieval": [_cand(i + 1, d) for i, d in enumerate(retrieval)],
         "context": context,
-        "dropped": [{"position": p, "reason": "token_budget"} for p in (1, 2) if p <= len(retrieval) and p not in context],
+        "dropped": [
+            {"position": p, "reason": "token_budget"} for p in (1, 2) if p <= len(retrieval) and p not in context
+        ],
         "context_truncated": len(context) < min(2, len(retrieval)),
         "criteria": {"answer_correct": {"status": "observed", "value": 1.0 if passed else 0.0}},
         "expected": expected,
@@ -163,7 +170,12 @@ def test_diagnosis_view_counts_and_cautious_words() -> None:
         "criterion": "answer_correct",
         "intervention": {"name": "gold-context", "settings": {}},
         "counts": {
-            "selected": 2, "control_passed": 0, "unstable": 0, "not_diagnosed": 0, "diagnosed": 2, "recovered": 1,
+            "selected": 2,
+            "control_passed": 0,
+            "unstable": 0,
+            "not_diagnosed": 0,
+            "diagnosed": 2,
+            "recovered": 1,
             "undiagnosable": 0,
             "labels": {"RETRIEVAL_MISS": 1, "GENERATION_FAILURE": 1},
         },
@@ -171,9 +183,16 @@ def test_diagnosis_view_counts_and_cautious_words() -> None:
         "candidate_experiments": [{"factor": "retrieval", "experiment": "a larger depth"}],
         "child_runs": {"gold_context": "run_G", "control": "run_C"},
         "cases": [
-            {"id": HOSTILE, "label": "RETRIEVAL_MISS", "reason": "relevant_not_retrieved", "strength": "s",
-             "best_relevant_position": "none", "original": {"status": "observed", "value": 0.0},
-             "control": {"status": "observed", "value": 0.0}, "intervention": {"status": "observed", "value": 1.0}},
+            {
+                "id": HOSTILE,
+                "label": "RETRIEVAL_MISS",
+                "reason": "relevant_not_retrieved",
+                "strength": "s",
+                "best_relevant_position": "none",
+                "original": {"status": "observed", "value": 0.0},
+                "control": {"status": "observed", "value": 0.0},
+                "intervention": {"status": "observed", "value": 1.0},
+            },
         ],
         "undiagnosable": [],
     }
@@ -181,8 +200,9 @@ def test_diagnosis_view_counts_and_cautious_words() -> None:
     counts = {x["label"]: x["count"] for x in view["label_counts"]}
     assert counts["RETRIEVAL_MISS"] == 1 and counts["GENERATION_FAILURE"] == 1 and counts["RANKED_OUT"] == 0
     assert view["control_line"] == "Control: 0 of 2 passed when re-executed without the intervention"
-    assert "Candidate experiment: a larger depth. This is a hypothesis to test, not an established cause." in (
-        view["cautious"]
+    assert (
+        "Candidate experiment: a larger depth. This is a hypothesis to test, not an established cause."
+        in (view["cautious"])
     )
     assert [v["text"] for v in view["cases"][0]["verdicts"]] == ["fail", "fail", "pass"]
     html = render_page(view)
@@ -192,18 +212,55 @@ def test_diagnosis_view_counts_and_cautious_words() -> None:
 
 def test_comparison_view_puts_both_outputs_of_a_flipped_case_side_by_side() -> None:
     doc = {
-        "candidate": {"run_id": "run_B"}, "baseline": {"run_id": "run_A"}, "paired_cases": 2,
-        "criteria": {"answer_correct": {"paired": 2, "missing": 0, "excluded": 0, "estimate": -50.0, "low": -90.0,
-                                        "high": 10.0, "printed": {"estimate": "-50.0", "low": "-90.0", "high": "+10.0"},
-                                        "regressed": ["q1"], "improved": []}},
-        "decisions": [{"name": "d", "criterion": "answer_correct", "test": "non-inferiority", "margin": 5.0,
-                       "outcome": "FAIL", "reason": "interval_below_margin"}],
-        "policy": {"decisions": []}, "gate": "BLOCK", "exit_code": 3, "case_sets": {"only_in_baseline": ["gone"]},
+        "candidate": {"run_id": "run_B"},
+        "baseline": {"run_id": "run_A"},
+        "paired_cases": 2,
+        "criteria": {
+            "answer_correct": {
+                "paired": 2,
+                "missing": 0,
+                "excluded": 0,
+                "estimate": -50.0,
+                "low": -90.0,
+                "high": 10.0,
+                "printed": {"estimate": "-50.0", "low": "-90.0", "high": "+10.0"},
+                "regressed": ["q1"],
+                "improved": [],
+            }
+        },
+        "decisions": [
+            {
+                "name": "d",
+                "criterion": "answer_correct",
+                "test": "non-inferiority",
+                "margin": 5.0,
+                "outcome": "FAIL",
+                "reason": "interval_below_margin",
+            }
+        ],
+        "policy": {"decisions": []},
+        "gate": "BLOCK",
+        "exit_code": 3,
+        "case_sets": {"only_in_baseline": ["gone"]},
     }
-    cand = {"cases": [{"id": "q1", "output": {"answer": "new <b>wrong</b>"},
-                       "criteria": {"answer_correct": {"status": "observed", "value": 0.0}}}]}
-    base = {"cases": [{"id": "q1", "output": {"answer": "old right"},
-                       "criteria": {"answer_correct": {"status": "observed", "value": 1.0}}}]}
+    cand = {
+        "cases": [
+            {
+                "id": "q1",
+                "output": {"answer": "new <b>wrong</b>"},
+                "criteria": {"answer_correct": {"status": "observed", "value": 0.0}},
+            }
+        ]
+    }
+    base = {
+        "cases": [
+            {
+                "id": "q1",
+                "output": {"answer": "old right"},
+                "criteria": {"answer_correct": {"status": "observed", "value": 1.0}},
+            }
+        ]
+    }
     view = model.comparison_view(doc, "sha256:c", cand, base)
     (flip,) = view["flipped"]
     assert (flip["baseline"], flip["candidate"], flip["direction"]) == ("old right", "new <b>wrong</b>", "pass → fail")
@@ -258,11 +315,21 @@ def test_pytest_option_writes_the_run_page_with_the_comparison(pytester: pytest.
     rag_project(pytester, [case("good"), case("good2")])
     pytester.runpytest("--oloproof", "-p", "no:cacheprovider").assert_outcomes(passed=2)
     (baseline,) = [r["run_id"] for r in run_records(pytester.path / ".oloproof")]
-    pytester.makefile(".yaml", compare="decisions:\n  - {name: d, criterion: answer_correct, test: non-inferiority, "
-                      "margin: 5.0}\nmin_pairs: 1\n")
+    pytester.makefile(
+        ".yaml",
+        compare="decisions:\n  - {name: d, criterion: answer_correct, test: non-inferiority, "
+        "margin: 5.0}\nmin_pairs: 1\n",
+    )
     result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-html", "report.html",
-        "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml",
+        "--oloproof",
+        "-p",
+        "no:cacheprovider",
+        "--oloproof-html",
+        "report.html",
+        "--oloproof-baseline",
+        baseline,
+        "--oloproof-policy",
+        "compare.yaml",
     )
     assert result.ret == 3
     result.stdout.fnmatch_lines(["Gate: BLOCK (exit 3)", "HTML report: report.html"])

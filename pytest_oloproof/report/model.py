@@ -40,7 +40,7 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def evaluator_rows(record: Mapping[str, Any]) -> list[dict[str, Any]]:
+def evaluator_rows(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [e for e in record.get("evaluators") or [] if isinstance(e, Mapping)]
 
 
@@ -143,9 +143,7 @@ def slice_plots(slices: Sequence[Mapping[str, Any]], min_support: int) -> list[d
         for r in rows:
             label = f"{r['value']} · {r['criterion']}"
             if r.get("insufficient_support"):
-                frows.append(
-                    ForestRow(label, None, None, None, note=f"{r['support']} observed · insufficient support")
-                )
+                frows.append(ForestRow(label, None, None, None, note=f"{r['support']} observed · insufficient support"))
                 continue
             est, lo, hi = _num(r.get("value_estimate")), _num(r.get("low")), _num(r.get("high"))
             if est is None or lo is None or hi is None:
@@ -268,7 +266,9 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
     if retrieval is None:
         return None
     context = set(case.get("context") or [])
-    dropped = {int(d["position"]): str(d.get("reason") or "dropped") for d in case.get("dropped") or [] if "position" in d}
+    dropped = {
+        int(d["position"]): str(d.get("reason") or "dropped") for d in case.get("dropped") or [] if "position" in d
+    }
     rows = []
     for c in retrieval:
         pos = c.get("position")
@@ -305,7 +305,7 @@ def _short_float(v: float | None) -> float | None:
 
 
 def _criterion_cells(case: Mapping[str, Any], criteria: Sequence[str]) -> list[list[Any]]:
-    out = []
+    out: list[list[Any]] = []
     for name in criteria:
         c = (case.get("criteria") or {}).get(name)
         if not c:
@@ -382,27 +382,29 @@ def case_payload(
         qrels = grades_of(case, unit)
         label = (labels or {}).get(str(case.get("id")))
         rows.append(
-            _without_nulls({
-                "id": case.get("id"),
-                "f": case_failed(case, asserts),
-                "c": _criterion_cells(case, criteria),
-                "p": case.get("relevant_position"),
-                "t": case.get("context_truncated"),
-                "l": label.get("label") if label else None,
-                "s": [slice_value(case, n) for n in slice_names],
-                "md": case.get("metadata") or {},
-                "in": case.get("input"),
-                "ex": case.get("expected"),
-                "out": case.get("output"),
-                "q": case.get("query"),
-                "r": _ladder(case, qrels, unit, top_k, texts),
-                "e": case.get("error"),
-                "tm": _timings(case.get("timings")),
-                "ca": _cache(case.get("cache")),
-                "cd": _criterion_details(case, texts),
-                "src": case.get("source"),
-                "dg": dict(label) if label else None,
-            })
+            _without_nulls(
+                {
+                    "id": case.get("id"),
+                    "f": case_failed(case, asserts),
+                    "c": _criterion_cells(case, criteria),
+                    "p": case.get("relevant_position"),
+                    "t": case.get("context_truncated"),
+                    "l": label.get("label") if label else None,
+                    "s": [slice_value(case, n) for n in slice_names],
+                    "md": case.get("metadata") or {},
+                    "in": case.get("input"),
+                    "ex": case.get("expected"),
+                    "out": case.get("output"),
+                    "q": case.get("query"),
+                    "r": _ladder(case, qrels, unit, top_k, texts),
+                    "e": case.get("error"),
+                    "tm": _timings(case.get("timings")),
+                    "ca": _cache(case.get("cache")),
+                    "cd": _criterion_details(case, texts),
+                    "src": case.get("source"),
+                    "dg": dict(label) if label else None,
+                }
+            )
         )
     metric_kinds = {n: (record.get("metrics") or {}).get(n, {}).get("kind") for n in criteria}
     return {
@@ -483,8 +485,12 @@ def run_view(
             for e in evaluator_rows(record)
         ],
         "cache_lines": cache_lines(record["cache"]) if record.get("cache") else [],
-        "counts": {"cases": len(cases), "failed": failed, "passed": len(cases) - failed,
-                   "errors": (record.get("counts") or {}).get("errors", 0)},
+        "counts": {
+            "cases": len(cases),
+            "failed": failed,
+            "passed": len(cases) - failed,
+            "errors": (record.get("counts") or {}).get("errors", 0),
+        },
         "confidence": confidence,
         "metrics": [
             {
