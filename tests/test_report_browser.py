@@ -135,6 +135,9 @@ class Site:
     run_id: str
     diagnosis: str
     comparison: str
+    replay: str
+    judged_run: str
+    project: Path
 
 
 @pytest.fixture(scope="module")
@@ -154,10 +157,33 @@ def example_site(tmp_path_factory: pytest.TempPathFactory) -> Site:
     comp = cli(work, "compare", runs[0]["run_id"], run_id, "--policy", "compare.yaml", "--json")
     assert comp.returncode == 3, comp.stderr
     comparison = json.loads(comp.stdout)["id"]
+    replay = cli(
+        work, "diagnose", run_id, "--intervention", "top-k", "--top-k", "4", "--criterion", "answer_correct", "--json"
+    )
+    assert replay.returncode == 0, replay.stderr
+    # the pytest form of the same diagnosis writes its page at session end
+    session = cli(
+        work,
+        "run",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--oloproof-diagnose",
+        run_id,
+        "--oloproof-criterion",
+        "answer_correct",
+        "--oloproof-html",
+        "diagnosis-session.html",
+    )
+    assert session.returncode in (0, 1), session.stdout + session.stderr
+    # the example's judge configuration: a run whose verdicts carry a judge's rationale
+    judged = cli(work, "run", "-q", "-p", "no:cacheprovider", "--oloproof-config", "oloproof-judges.yaml")
+    assert judged.returncode == 1, judged.stdout + judged.stderr
+    judged_id = json.loads(cli(work, "runs", "--json").stdout)["runs"][0]["run_id"]
     site = work / "site"
     proc = cli(work, "report", "--html", str(site))
     assert proc.returncode == 0, proc.stderr
-    return Site(site, run_id, diagnosis, comparison)
+    return Site(site, run_id, diagnosis, comparison, json.loads(replay.stdout)["id"], judged_id, work)
 
 
 def test_run_page_lists_13_cases_and_filters_to_the_4_failed(
@@ -256,6 +282,34 @@ def test_diagnosis_page_shows_the_labels(example_site: Site, open_page: Any, tmp
     opened.check_clean()
 
 
+def test_replay_diagnosis_puts_five_verdicts_side_by_side(example_site: Site, open_page: Any, tmp_path: Path) -> None:
+    from pytest_oloproof.report.model import page_name
+
+    opened = open_page(example_site.root / page_name("diagnosis", example_site.replay))
+    page = opened.page
+    heads = page.locator("#diagnosis-cases thead th").all_inner_texts()
+    assert heads[-5:] == ["original", "control", "gold context", "top-k 4", "replay control"]
+    cells = page.locator("#diagnosis-cases tr[data-case='refund_review'] td.verdict").all_inner_texts()
+    assert cells == ["fail", "fail", "pass", "fail", "fail"]
+    assert "Recovered under top-k 4: 0 of 4" in page.locator("main").inner_text()
+    assert "Confirmed under top-k 4: 0 of 0 RANKED_OUT cases also recovered" in page.locator("main").inner_text()
+    opened.check_clean()
+
+
+def test_a_diagnosis_session_writes_its_page(example_site: Site, open_page: Any) -> None:
+    opened = open_page(example_site.project / "diagnosis-session.html")
+    counts = opened.page.locator("#label-counts .lcount").evaluate_all("xs => xs.map(x => x.dataset.count)")
+    assert counts == ["1", "0", "2", "0", "0", "1"]  # RETRIEVAL_MISS … GENERATION_FAILURE, in the terminal's order
+    opened.check_clean()
+
+
+def test_judge_rationales_show_in_the_case_detail(example_site: Site, open_page: Any) -> None:
+    opened = open_page(example_site.root / f"{example_site.judged_run}.html", "#case=refund_review")
+    row = opened.page.locator("#detail table.criteria tr[data-criterion='grounded']")
+    assert "Judge rationale: every sentence of the answer appears in the context" in row.inner_text()
+    opened.check_clean()
+
+
 def test_comparison_page_shows_block(example_site: Site, open_page: Any, tmp_path: Path) -> None:
     from pytest_oloproof.report.model import page_name
 
@@ -279,7 +333,8 @@ def test_index_lists_runs_newest_first_and_links_their_pages(
     opened = open_page(example_site.root / "index.html")
     page = opened.page
     hrefs = page.locator("#runs tbody a").evaluate_all("as => as.map(a => a.getAttribute('href'))")
-    assert len(hrefs) == 4 and hrefs == sorted(hrefs, reverse=True)
+    runs = json.loads(cli(example_site.project, "runs", "--json").stdout)["runs"]
+    assert hrefs == [f"{r['run_id']}.html" for r in runs] and hrefs == sorted(hrefs, reverse=True)
     assert all((example_site.root / h).is_file() for h in hrefs)
     assert "answer_correct 69.2%" in page.locator("#runs").inner_text()
     shot(opened, tmp_path, "index")
@@ -311,6 +366,8 @@ XSS = {xss!r}
 @rag_system(name="xss", version="1", depth=3, top_k=2, token_budget=100)
 class Hostile:
     def retrieve(self, input, depth):
+        if input["q"] == "raise":
+            raise ValueError("retriever broke: " + XSS)
         return Retrieval(query=input["q"], depth=depth, candidates=(
             Passage(doc_id=XSS, score=2.0, text="passage " + XSS),
             Passage(doc_id="plain", score=1.0, text="plain passage"),
@@ -340,8 +397,9 @@ def test_hostile_strings_render_as_text(tmp_path: Path, open_page: Any) -> None:
         "expected": {"answer": "answer", "relevant": [{"doc_id": XSS}]},
         "metadata": {"tag": XSS},
     }
-    (project / "cases.jsonl").write_text(json.dumps(case) + "\n")
-    assert cli(project, "run", "-q", "-p", "no:cacheprovider").returncode == 0
+    broken = {"id": "broken", "input": {"q": "raise"}, "expected": {"answer": "answer"}}
+    (project / "cases.jsonl").write_text(json.dumps(case) + "\n" + json.dumps(broken) + "\n")
+    assert cli(project, "run", "-q", "-p", "no:cacheprovider").returncode == 1
     run_id = json.loads(cli(project, "runs", "--json").stdout)["runs"][0]["run_id"]
     out = tmp_path / "xss.html"
     assert cli(project, "report", run_id, "--html", str(out)).returncode == 0
@@ -360,6 +418,13 @@ def test_hostile_strings_render_as_text(tmp_path: Path, open_page: Any) -> None:
     shot(opened, tmp_path, "xss")
     page.locator("#f-search").fill("<script>")
     assert page.locator("#case-rows tr").count() == 1
+
+    # a system error: the detail shows the stage, the message and the user's traceback, as text
+    page.evaluate("location.hash = '#case=broken'")
+    body = page.locator("#detail-body").inner_text()
+    assert f"retrieve: ValueError — retrieve() raised ValueError: retriever broke: {XSS}" in body
+    assert 'in retrieve\n    raise ValueError("retriever broke: " + XSS)' in body
+    assert "No retrieval recorded (the system failed)." in body
     assert page.evaluate("window.__xss") is None
     opened.check_clean()
     assert re.search(r"<script>window", out.read_text()) is None

@@ -338,3 +338,44 @@ def test_pytest_option_writes_the_run_page_with_the_comparison(pytester: pytest.
     data = json.loads(re.search(r'<script type="application/json" id="oloproof-data">(.*?)</script>', page, re.S)[1])  # type: ignore[index]
     assert sorted(c["id"] for c in data["cases"]) == ["good", "good2"]
     assert data["cases"][0]["r"] is not None  # full case records, not the run record's slim summaries
+
+
+def test_changed_cases_name_what_changed() -> None:
+    assert model._changed_ids({"q1": ["input"], "q2": ["input", "expected"]}) == ["q1 (input)", "q2 (input, expected)"]
+    assert model._changed_ids(["q1"]) == ["q1"]
+
+
+def test_case_payload_keeps_rationales_and_reasons_but_not_repeated_values() -> None:
+    rec = {
+        "evaluators": [{"criterion": "grounded", "asserts": True, "kind": "rate"}],
+        "cases": [
+            {
+                "id": "a",
+                "criteria": {
+                    "grounded": {
+                        "status": "observed",
+                        "value": 0.0,
+                        "expected": "grounded",
+                        "actual": 0.0,
+                        "detail": {"rationale": "not in the context: 'x'"},
+                    },
+                    "other": {"status": "missing", "reason": "judge_error: timeout"},
+                },
+            }
+        ],
+    }
+    data = model.case_payload(rec)
+    (row,) = data["cases"]
+    assert row["cd"]["grounded"] == {"xs": 0, "rationale": "not in the context: 'x'"}  # actual == value: left out
+    assert data["texts"][0] == "grounded"
+    assert row["cd"]["other"] == {"reason": "judge_error: timeout"}
+    assert row["c"] == [["o", 0.0], ["m", "judge_error: timeout"]]
+    assert row["f"] is True
+    assert "r" not in row and "e" not in row  # no retrieval, no error: absent rather than null
+
+
+def test_short_float_never_turns_a_fail_into_a_pass() -> None:
+    assert model._short_float(0.63092975357) == 0.63093
+    assert model._short_float(0.9999999) == 0.9999999
+    assert model._short_float(1e-9) == 1e-9
+    assert model._short_float(None) is None

@@ -569,6 +569,11 @@ def diagnosis_view(doc: Mapping[str, Any], doc_id: str) -> dict[str, Any]:
         ],
         "lines": lines,
         "control_line": next((ln for ln in lines if ln.startswith("Control:")), None),
+        "outcome_lines": [
+            ln
+            for ln in lines
+            if ln.startswith(("Recovered under", "Labels from gold context", "UNSTABLE:", "NOT_DIAGNOSED:"))
+        ],
         "cautious": [ln for ln in lines if ln.startswith(("Implicated:", "Candidate experiment:", "Confirmed under"))],
         "columns": [label for _, label in columns],
         "cases": cases,
@@ -640,6 +645,13 @@ def _short(value: Any) -> str:
     return json.dumps(json_clean(value), indent=2, ensure_ascii=False)
 
 
+def _changed_ids(changed: Any) -> list[str]:
+    """Cases whose input or expected data differ between the runs: `id` or `id (input, expected)`."""
+    if isinstance(changed, Mapping):
+        return [f"{cid} ({', '.join(map(str, what))})" if what else str(cid) for cid, what in changed.items()]
+    return [c if isinstance(c, str) else str(c.get("id")) for c in changed]
+
+
 def comparison_view(
     doc: Mapping[str, Any],
     doc_id: str,
@@ -705,7 +717,7 @@ def comparison_view(
         "gate": doc.get("gate"),
         "exit_code": doc.get("exit_code"),
         "flipped": flipped,
-        "changed": [c if isinstance(c, str) else str(c.get("id")) for c in changed],
+        "changed": _changed_ids(changed),
         "only_in_candidate": list(sets.get("only_in_candidate") or []),
         "only_in_baseline": list(sets.get("only_in_baseline") or []),
         "missing": [
