@@ -36,12 +36,15 @@ def cmd_report(args: argparse.Namespace) -> int:
                 f"--html: {target} is a file; with no ID the report is a folder (index.html and pages)"
             )
         written = write_index(store, target)
-        lines = [f"Wrote {len(written)} pages to {target}/ (open {target / 'index.html'})"]
-        cli._emit(
-            args,
-            {"directory": str(target), "index": str(target / "index.html"), "pages": [str(p) for p in written]},
-            lines,
-        )
+        lines = [f"Wrote {len(written.pages)} pages to {target}/ (open {target / 'index.html'})"]
+        lines += [f"Not shown (unreadable): {p}" for p in written.problems]
+        doc = {
+            "directory": str(target),
+            "index": str(target / "index.html"),
+            "pages": [str(p) for p in written.pages],
+            "problems": written.problems,
+        }
+        cli._emit(args, doc, lines)
         return cli.EXIT_OK
     if target.is_dir():
         raise cli.UsageError(f"--html: {target} is a folder; give the file to write, e.g. {target / 'report.html'}")

@@ -388,3 +388,18 @@ def test_the_plugin_and_the_cli_import_jinja2_only_for_a_report(tmp_path: Path) 
     )
     out = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True, check=True)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_index_names_an_unreadable_run_instead_of_leaving_it_out(pytester: pytest.Pytester) -> None:
+    rag_project(pytester, [case("good")])
+    for _ in range(2):
+        assert oloproof(pytester.path, "run", "-p", "no:cacheprovider", "-q").returncode == 0
+    newest, oldest = [r["run_id"] for r in reversed(run_records(pytester.path / ".oloproof"))]
+    (pytester.path / ".oloproof" / "runs" / oldest / "run.json").write_text("{not json", encoding="utf-8")
+    proc = oloproof(pytester.path, "report", "--html", "site")
+    assert proc.returncode == 0, proc.stderr
+    assert f"Not shown (unreadable): run {oldest}: " in proc.stdout
+    index = (pytester.path / "site" / "index.html").read_text(encoding="utf-8")
+    assert "Not shown: records that could not be read" in index and oldest in index
+    assert (pytester.path / "site" / f"{newest}.html").is_file()
+    assert 'href="index.html"' in (pytester.path / "site" / f"{newest}.html").read_text(encoding="utf-8")

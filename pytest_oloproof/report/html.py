@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -62,8 +63,11 @@ def _script_hash(script: str) -> str:
     return "sha256-" + base64.b64encode(hashlib.sha256(script.encode("utf-8")).digest()).decode("ascii")
 
 
-def render_page(view: Mapping[str, Any]) -> str:
-    """A whole HTML document for a view of model.py (run, diagnosis, comparison or index)."""
+def render_page(view: Mapping[str, Any], *, in_folder: bool = False) -> str:
+    """A whole HTML document for a view of model.py (run, diagnosis, comparison or index).
+
+    `in_folder`: the page sits beside an index.html (`oloproof report --html DIR`) and links back to it.
+    """
     script = _asset("report.js")
     env = _environment()
     template = env.get_template(f"{view['kind']}.html.j2")
@@ -78,6 +82,7 @@ def render_page(view: Mapping[str, Any]) -> str:
                 f"script-src '{_script_hash(script)}'; base-uri 'none'; form-action 'none'"
             ),
             data_json=embed_json(data) if data is not None else None,
+            in_folder=in_folder and view["kind"] != "index",
         )
     )
 
@@ -117,6 +122,8 @@ def run_page(
     record: Mapping[str, Any],
     store: Store | None = None,
     comparison: tuple[str, Mapping[str, Any], Mapping[str, Any] | None] | None = None,
+    *,
+    in_folder: bool = False,
 ) -> str:
     """The run page; `comparison` is (id, document, baseline record) when the session compared the run."""
     comp_view = None
@@ -129,21 +136,21 @@ def run_page(
         comparison=comp_view,
         store_root=str(store.root) if store else None,
     )
-    return render_page(view)
+    return render_page(view, in_folder=in_folder)
 
 
-def page_for(store: Store, ref: str) -> tuple[str, str, str]:
+def page_for(store: Store, ref: str, *, in_folder: bool = False) -> tuple[str, str, str]:
     """(kind, full id, HTML) for a run, diagnosis or comparison id or unique prefix."""
     kind, full = store.resolve(ref, kinds=("run", "diagnosis", "comparison"))
     if kind == "run":
-        return kind, full, run_page(store.load_run(full), store)
+        return kind, full, run_page(store.load_run(full), store, in_folder=in_folder)
     doc = store.load_doc(kind, full)
     if kind == "diagnosis":
-        return kind, full, render_page(model.diagnosis_view(doc, full))
+        return kind, full, render_page(model.diagnosis_view(doc, full), in_folder=in_folder)
     if kind == "comparison":
         cand = _try_run(store, (doc.get("candidate") or {}).get("run_id"))
         base = _try_run(store, (doc.get("baseline") or {}).get("run_id"))
-        return kind, full, render_page(model.comparison_view(doc, full, cand, base))
+        return kind, full, render_page(model.comparison_view(doc, full, cand, base), in_folder=in_folder)
     raise ValueError(f"{full}: a {kind} has no HTML page")
 
 
@@ -153,34 +160,46 @@ def write_page(path: Path, html: str) -> None:
     os.chmod(path, 0o644)  # a report is for reading (a CI artifact), unlike the store's private files
 
 
-def write_index(store: Store, directory: Path) -> list[Path]:
+@dataclass
+class Written:
+    """What `write_index` wrote, and what it could not read (each named with its reason, never silently left out)."""
+
+    pages: list[Path]
+    problems: list[str]
+
+
+def write_index(store: Store, directory: Path) -> Written:
     """index.html and one page per run, diagnosis and comparison of the store, side by side in `directory`."""
     written: list[Path] = []
+    problems: list[str] = []
     headers = []
     for run_id in store.run_ids():
         try:
-            headers.append(store.run_header(run_id))
-        except Exception:
+            record = store.load_run(run_id)
+            html = run_page(record, store, in_folder=True)
+        except Exception as exc:  # an unreadable record is listed as a problem; the other pages still get written
+            problems.append(f"run {run_id}: {type(exc).__name__}: {exc}")
             continue
-    for h in headers:
-        path = directory / model.page_name("run", str(h["run_id"]))
-        write_page(path, run_page(store.load_run(str(h["run_id"])), store))
+        headers.append({k: v for k, v in record.items() if k != "cases"})
+        path = directory / model.page_name("run", run_id)
+        write_page(path, html)
         written.append(path)
     docs = []
     for kind in ("diagnosis", "comparison"):
         for doc_id in store.docs(kind):
             try:
-                _kind, full, html = page_for(store, doc_id)
+                _kind, full, html = page_for(store, doc_id, in_folder=True)
                 doc = store.load_doc(kind, full)
-            except Exception:
+            except Exception as exc:
+                problems.append(f"{kind} {doc_id}: {type(exc).__name__}: {exc}")
                 continue
             path = directory / model.page_name(kind, full)
             write_page(path, html)
             written.append(path)
             docs.append(_doc_row(kind, full, doc))
     index = directory / "index.html"
-    write_page(index, render_page(model.index_view(str(store.root), headers, docs)))
-    return [index, *written]
+    write_page(index, render_page(model.index_view(str(store.root), headers, docs, problems)))
+    return Written([index, *written], problems)
 
 
 def _doc_row(kind: str, doc_id: str, doc: Mapping[str, Any]) -> dict[str, Any]:

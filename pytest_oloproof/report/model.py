@@ -190,10 +190,11 @@ def funnel(record: Mapping[str, Any], criterion: str | None = None) -> dict[str,
     depth, top_k = system.get("depth"), system.get("top_k")
     criterion = criterion or answer_criterion(record)
     unit = relevance_unit(record)
-    labelled = retrieved = within_k = in_context = answered = 0
+    labelled = retrieved = within_k = in_context = answered = with_retrieval = 0
     for case in record.get("cases") or []:
         if case.get("error") or case.get("retrieval") is None:
             continue
+        with_retrieval += 1
         qrels = grades_of(case, unit)
         if not qrels or not any(g > 0 for g in qrels.values()):
             continue
@@ -236,6 +237,7 @@ def funnel(record: Mapping[str, Any], criterion: str | None = None) -> dict[str,
     return {
         "criterion": criterion,
         "labelled": labelled,
+        "with_retrieval": with_retrieval,
         "cases": len(record.get("cases") or []),
         "steps": out_steps if answer_measured else out_steps[:3],
     }
@@ -740,7 +742,12 @@ def comparison_view(
     }
 
 
-def index_view(store_root: str, runs: Sequence[Mapping[str, Any]], docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def index_view(
+    store_root: str,
+    runs: Sequence[Mapping[str, Any]],
+    docs: Sequence[Mapping[str, Any]],
+    problems: Sequence[str] = (),
+) -> dict[str, Any]:
     """The store's index: runs newest first with their headline metrics, then diagnoses and comparisons."""
     rows = []
     for h in runs:
@@ -758,7 +765,14 @@ def index_view(store_root: str, runs: Sequence[Mapping[str, Any]], docs: Sequenc
                 "metrics": [f"{n} {fmt_estimate(m)}" for n, m in (h.get("metrics") or {}).items()],
             }
         )
-    return {"kind": "index", "title": f"Oloproof store {store_root}", "store": store_root, "runs": rows, "docs": docs}
+    return {
+        "kind": "index",
+        "title": f"Oloproof store {store_root}",
+        "store": store_root,
+        "runs": rows,
+        "docs": docs,
+        "problems": list(problems),
+    }
 
 
 def page_name(kind: str, doc_id: str) -> str:
