@@ -270,6 +270,7 @@ def test_comparison_view_puts_both_outputs_of_a_flipped_case_side_by_side() -> N
     assert margin is not None  # the −5 point margin drawn on its row
     html = render_page(view)
     assert 'data-gate="BLOCK"' in html and "new &lt;b&gt;wrong&lt;/b&gt;" in html
+    assert 'href="run_B.html#case=q1"' in html and 'href="run_A.html#case=q1"' in html
 
 
 # ------------------------------------------------------------------ the CLI and the pytest option
