@@ -24,8 +24,10 @@ from .aggregate import slice_value
 from .errors import OloproofError, StoreError
 from .identity import settings_identity, sha256_of
 from .policy import (
+    CASES_CHANGED,
     INSUFFICIENT,
     JUDGE_NOT_VALIDATED,
+    JUDGES_DIFFER,
     MISSING_EXCEEDS_LIMIT,
     PASS,
     TOO_FEW_PAIRS,
@@ -102,22 +104,81 @@ def shared_criteria(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -
 # ------------------------------------------------------------------ judges
 
 
-def judge_gate(criterion: str, candidate_record: Mapping[str, Any], *, store: Store | None = None) -> str | None:
-    """`judge_not_validated` when ``criterion`` comes from an LLM judge without a passing validation.
+def _judge_identity(record: Mapping[str, Any], criterion: str) -> tuple[bool, str | None]:
+    """(whether the run judged ``criterion`` with an LLM judge, the judge's identity), from its evaluators."""
+    for e in record.get("evaluators") or []:
+        if e.get("criterion") == criterion:
+            if e.get("type") not in JUDGE_EVALUATOR_TYPES:
+                return False, None
+            return True, settings_identity(e.get("settings") or {})
+    return False, None
 
-    The judge identity is the sha256 of its recorded settings (as `judge_validation.judge_identity`
-    computes it); validation records are read from `<store>/judge_validations/`. Returns None for
-    criteria that are not judged, and for judges holding a passing validation.
+
+def judge_gate(
+    criterion: str,
+    candidate_record: Mapping[str, Any],
+    *,
+    store: Store | None = None,
+    baseline_record: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Why a decision on ``criterion`` cannot rest on its judge, or None.
+
+    `judges_differ` when the baseline was judged by a different judge identity (or not by a
+    judge at all): the difference would measure the judges, not the system. Otherwise
+    `judge_not_validated` unless the judge holds a passing validation; with one identity on
+    both sides, that validates both runs' judge. The identity is the sha256 of the recorded
+    settings (as `judge_validation.judge_identity` computes it); validation records are read
+    from `<store>/judge_validations/`. Returns None for criteria no run judged with an LLM judge.
     """
     from .judge_validation import passing_validation
 
-    for e in candidate_record.get("evaluators") or []:
-        if e.get("criterion") != criterion or e.get("type") not in JUDGE_EVALUATOR_TYPES:
+    judged, identity = _judge_identity(candidate_record, criterion)
+    if baseline_record is not None:
+        base_judged, base_identity = _judge_identity(baseline_record, criterion)
+        if judged or base_judged:
+            if (judged, identity) != (base_judged, base_identity):
+                return JUDGES_DIFFER
+    if not judged or identity is None:
+        return None
+    records: Iterable[Mapping[str, Any]] = store.iter_docs("judge_validation") if store is not None else ()
+    return None if passing_validation(records, identity) is not None else JUDGE_NOT_VALIDATED
+
+
+# ------------------------------------------------------------------ case content
+
+CASE_CHANGED = "case_changed"
+
+
+def changed_cases(
+    cand: Mapping[str, Mapping[str, Any]], base: Mapping[str, Mapping[str, Any]], both: Sequence[str]
+) -> tuple[dict[str, list[str]], bool]:
+    """Cases in both runs whose input or expected data differ: {id: ["input", "expected"]}.
+
+    The second value says whether every case of both runs carries a digest; when one does not
+    (a run recorded before digests), changed cases cannot be detected.
+    """
+    out: dict[str, list[str]] = {}
+    complete = True
+    for cid in both:
+        cd, bd = cand[cid].get("digest"), base[cid].get("digest")
+        if not isinstance(cd, Mapping) or not isinstance(bd, Mapping):
+            complete = False
             continue
-        identity = settings_identity(e.get("settings") or {})
-        records: Iterable[Mapping[str, Any]] = store.iter_docs("judge_validation") if store is not None else ()
-        return None if passing_validation(records, identity) is not None else JUDGE_NOT_VALIDATED
-    return None
+        parts = [part for part in ("input", "expected") if cd.get(part) != bd.get(part)]
+        if parts:
+            out[cid] = parts
+    if complete:
+        complete = all(isinstance(c.get("digest"), Mapping) for c in (*cand.values(), *base.values()))
+    return out, complete
+
+
+def changed_summary(changed: Mapping[str, Sequence[str]], limit: int = 5) -> str:
+    """`1 case changed between the runs: refund_review (expected)`."""
+    ids = sorted(changed)
+    shown = ", ".join(f"{cid} ({' and '.join(changed[cid])})" for cid in ids[:limit])
+    more = f", … ({len(ids) - limit} more)" if len(ids) > limit else ""
+    n = len(ids)
+    return f"{n} case{'' if n == 1 else 's'} changed between the runs: {shown}{more}"
 
 
 # ------------------------------------------------------------------ pairing and intervals
@@ -142,12 +203,19 @@ def _by_id(record: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     return {c["id"]: c for c in record.get("cases") or []}
 
 
-def pair_criterion(name: str, cand: Mapping[str, Mapping[str, Any]], base: Mapping[str, Mapping[str, Any]]) -> Pairing:
-    """Pair one criterion by case id.
+def pair_criterion(
+    name: str,
+    cand: Mapping[str, Mapping[str, Any]],
+    base: Mapping[str, Mapping[str, Any]],
+    changed: Mapping[str, Any] | None = None,
+) -> Pairing:
+    """Pair one criterion by case id and content.
 
     Excluded wins over missing: an exclusion (e.g. no relevance labels) is a property of the
     case, so a case the criterion does not apply to is not counted as missing even when one
     system failed on it. A case present in one run only is missing (never silently dropped).
+    A case whose input or expected data differ between the runs (``changed``) is not a pair:
+    it is excluded with reason `case_changed`.
     """
     pairs: list[tuple[str, float, float]] = []
     missing: Counter[str] = Counter()
@@ -161,6 +229,9 @@ def pair_criterion(name: str, cand: Mapping[str, Mapping[str, Any]], base: Mappi
         if cid not in cand:
             missing["not_in_candidate"] += 1
             missing_ids.append(cid)
+            continue
+        if changed and cid in changed:
+            excluded[CASE_CHANGED] += 1
             continue
         cv = (cand[cid].get("criteria") or {}).get(name) or {"status": "missing", "reason": "not_evaluated"}
         bv = (base[cid].get("criteria") or {}).get(name) or {"status": "missing", "reason": "not_evaluated"}
@@ -316,6 +387,8 @@ def decide(
     confidence: float,
     seed: int,
     store: Store | None,
+    baseline: Mapping[str, Any] | None = None,
+    changed: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Apply each decision of the policy; rules read the unrounded bounds."""
     out = []
@@ -338,8 +411,10 @@ def decide(
         }
         if p.missing == "exclude":
             row["missing_dropped"] = missing
-        judge = judge_gate(d.criterion, candidate, store=store)
-        if judge is not None:
+        judge = judge_gate(d.criterion, candidate, store=store, baseline_record=baseline)
+        if changed and p.changed_cases == "fail":
+            outcome, reason = INSUFFICIENT, CASES_CHANGED
+        elif judge is not None:
             outcome, reason = INSUFFICIENT, judge
         elif p.missing == "fail" and missing > 0:
             outcome, reason = INSUFFICIENT, MISSING_EXCEEDS_LIMIT
@@ -410,8 +485,16 @@ def compare_runs(
     only_cand = sorted(set(cand_cases) - set(base_cases))
     only_base = sorted(set(base_cases) - set(cand_cases))
 
+    changed, digests_complete = changed_cases(cand_cases, base_cases, both)
     warnings = _warnings(candidate, baseline, only_cand, only_base, shared)
-    pairings = {name: pair_criterion(name, cand_cases, base_cases) for name in shared}
+    if changed:
+        warnings.insert(0, f"{changed_summary(changed)}; excluded from every difference and decision (case_changed)")
+    if not digests_complete:
+        warnings.append(
+            "a run was recorded without case digests (before Oloproof kept them): cases whose input or expected "
+            "data changed between the runs cannot be detected"
+        )
+    pairings = {name: pair_criterion(name, cand_cases, base_cases, changed) for name in shared}
     binary = {name: p.binary for name, p in pairings.items()}
     criteria = {name: criterion_summary(p, confidence, seed) for name, p in pairings.items()}
     slices = slice_rows(
@@ -424,16 +507,21 @@ def compare_runs(
         seed,
     )
     decisions = (
-        decide(policy, pairings, binary, criteria, candidate, confidence, seed, store) if policy is not None else []
+        decide(policy, pairings, binary, criteria, candidate, confidence, seed, store, baseline, changed)
+        if policy is not None
+        else []
     )
     gate = None
+    gate_reason = None
     if policy is not None:
         gate = "PASS" if all(d["outcome"] == PASS for d in decisions) else "BLOCK"
-    changed: dict[str, dict[str, dict[str, float]]] = {}
+        if changed and policy.policy.changed_cases == "fail":
+            gate, gate_reason = "BLOCK", CASES_CHANGED
+    values_changed: dict[str, dict[str, dict[str, float]]] = {}
     for name, p in pairings.items():
         for cid, b, c in p.pairs:
             if b != c:
-                changed.setdefault(cid, {})[name] = {"baseline": b, "candidate": c}
+                values_changed.setdefault(cid, {})[name] = {"baseline": b, "candidate": c}
     case_rows = []
     for cid in sorted(set(cand_cases) | set(base_cases)):
         where = (
@@ -441,16 +529,32 @@ def compare_runs(
         )
         row: dict[str, Any] = {"id": cid, "in": where}
         if cid in changed:
-            row["changed"] = changed[cid]
+            row["case_changed"] = list(changed[cid])
+        if cid in values_changed:
+            row["changed"] = values_changed[cid]
         case_rows.append(row)
     return {
         "schema": SCHEMA,
         "candidate": _run_summary(candidate, sources[0]),
         "baseline": _run_summary(baseline, sources[1]),
-        "paired_cases": len(both),
+        "paired_cases": len(both) - len(changed),
         "confidence": confidence,
         "seed": seed,
-        "case_sets": {"only_in_candidate": only_cand, "only_in_baseline": only_base},
+        "case_sets": {
+            "only_in_candidate": only_cand,
+            "only_in_baseline": only_base,
+            "changed": {cid: list(changed[cid]) for cid in sorted(changed)},
+            "counts": {
+                "only_in_candidate": len(only_cand),
+                "only_in_baseline": len(only_base),
+                "changed": len(changed),
+            },
+            "changes_detectable": digests_complete,
+            "digests": {
+                "candidate": candidate.get("case_set_digest"),
+                "baseline": baseline.get("case_set_digest"),
+            },
+        },
         "warnings": warnings,
         "criteria": criteria,
         "sample_size_notes": sample_size_notes(decisions),
@@ -459,6 +563,7 @@ def compare_runs(
         "policy": policy.snapshot() if policy is not None else None,
         "decisions": decisions,
         "gate": gate,
+        **({"gate_reason": gate_reason} if gate_reason else {}),
         "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
         "cases": case_rows,
     }
@@ -546,7 +651,8 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
             f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points"
             f"  {d['outcome']}  {d['reason']}"
         )
-    lines.append(f"Gate: {doc['gate']} (exit {doc['exit_code']})")
+    reason = f" · {doc['gate_reason']}" if doc.get("gate_reason") else ""
+    lines.append(f"Gate: {doc['gate']} (exit {doc['exit_code']}){reason}")
     return lines
 
 
@@ -560,6 +666,7 @@ def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
         "",
     ]
     out += [f"> Warning: {w}  " for w in doc.get("warnings") or []]
+    out += _markdown_case_sets(doc)
     out += ["| criterion | difference (points) | interval | accounting |", "|---|---|---|---|"]
     for name, c in doc["criteria"].items():
         acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
@@ -574,8 +681,25 @@ def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
         for d in doc["decisions"]:
             test = f"{d['test']}, margin {fmt_margin(d['margin'])} points"
             out.append(f"| {d['name']} | {d['criterion']} | {test} | **{d['outcome']}** | {d['reason']} |")
-        out += ["", f"**Gate: {doc['gate']} (exit {doc['exit_code']})**"]
+        reason = f" · {doc['gate_reason']}" if doc.get("gate_reason") else ""
+        out += ["", f"**Gate: {doc['gate']} (exit {doc['exit_code']}){reason}**"]
     return "\n".join(out) + "\n"
+
+
+def _markdown_case_sets(doc: Mapping[str, Any]) -> list[str]:
+    """One paragraph naming the cases that are not pairs: changed, or present in one run only."""
+    sets = doc.get("case_sets") or {}
+    parts = []
+    changed = sets.get("changed") or {}
+    if changed:
+        parts.append(changed_summary(changed))
+    for key, label in (("only_in_candidate", "only in the candidate"), ("only_in_baseline", "only in the baseline")):
+        ids = sets.get(key) or []
+        if ids:
+            parts.append(f"{len(ids)} case{'' if len(ids) == 1 else 's'} {label}: {_ids(ids)}")
+    if not parts:
+        return []
+    return ["", "Cases not paired: " + "; ".join(parts) + ".", ""]
 
 
 # ------------------------------------------------------------------ one call for the CLI and the plugin

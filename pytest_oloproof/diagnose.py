@@ -116,6 +116,11 @@ class Result:
     doc_id: str | None
     lines: list[str]
 
+    @property
+    def measured_nothing(self) -> bool:
+        """Every selected case lacks a value under the intervention or its control (exit non-zero)."""
+        return all_missing(self.doc)
+
     def to_json(self) -> dict[str, Any]:
         return {"id": self.doc_id, **self.doc}
 
@@ -130,7 +135,14 @@ def value_of(rec: Mapping[str, Any], criterion: str) -> dict[str, Any]:
     for key in ("value", "reason"):
         if c.get(key) is not None:
             out[key] = c[key]
+    message = (c.get("detail") or {}).get("message") if c["status"] == "missing" else None
+    if message:
+        out["message"] = str(message)  # what went wrong (e.g. the reranker's exception), for the output
     return out
+
+
+def observed(v: Mapping[str, Any]) -> bool:
+    return v.get("status") == "observed"
 
 
 def passed(v: Mapping[str, Any]) -> bool:
@@ -183,6 +195,8 @@ def label_case(
             f"intervention_{intervention.get('reason', 'missing')}",
             "not_diagnosed",
         )
+    elif control.get("status") != "observed":  # without the control, a flaky case cannot be told apart
+        label, reason, strength = NOT_DIAGNOSED, f"control_{control.get('reason', 'missing')}", "not_diagnosed"
     else:
         if not passed(intervention):
             label = "GENERATION_FAILURE"
@@ -274,6 +288,7 @@ def build_gold_doc(
             "not_diagnosed": sum(1 for e in entries if e["label"] == NOT_DIAGNOSED),
             **tally,
         },
+        "missing": _missing_of(entries, ("control", "intervention")),
         "cases": list(entries),
         "implicated": imp,
         "candidate_experiments": experiments,
@@ -295,7 +310,12 @@ def build_replay_doc(
         for e in sorted(entries, key=lambda e: e["id"])
     ]
     name = intervention["name"]
-    counted = [e for e in entries if not e["unstable"] and e["label"] != NOT_DIAGNOSED]
+    # a replay (or its control) without a value is missing: shown with its reason, never "not recovered"
+    counted = [
+        e
+        for e in entries
+        if not e["unstable"] and e["label"] != NOT_DIAGNOSED and observed(e["replay"]) and observed(e["replay_control"])
+    ]
     confirmable = [e for e in counted if e["label"] in CONFIRMS[name]]
     return {
         **base,
@@ -314,11 +334,58 @@ def build_replay_doc(
             "confirm_labels": list(CONFIRMS[name]),
             "confirmable": len(confirmable),
             "confirmed": sum(1 for e in confirmable if passed(e["replay"])),
+            "replay_missing": sum(1 for e in entries if not observed(e["replay"])),
+            "replay_control_missing": sum(1 for e in entries if not observed(e["replay_control"])),
+            # the cases left out of "diagnosed" for want of a replay or replay-control value
+            "replay_not_counted": sum(
+                1
+                for e in entries
+                if not e["unstable"]
+                and e["label"] != NOT_DIAGNOSED
+                and not (observed(e["replay"]) and observed(e["replay_control"]))
+            ),
             "gold": _gold_tally(entries),
         },
+        "missing": _missing_of(entries, ("control", "intervention", "replay_control", "replay")),
         "cases": list(entries),
         "child_runs": dict(child_runs),
     }
+
+
+def _missing_of(entries: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """Per child run (control, intervention, replay…): the cases whose criterion has no value there.
+
+    Each with its count, the count per reason, one example message and the case ids, so the
+    output can say *why* (e.g. the reranker raised) instead of counting them as not recovered.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        bad = [e for e in entries if key in e and not observed(e[key])]
+        if not bad:
+            continue
+        reasons: dict[str, int] = {}
+        for e in bad:
+            r = str(e[key].get("reason") or "missing")
+            reasons[r] = reasons.get(r, 0) + 1
+        example = next((str(e[key]["message"]) for e in bad if e[key].get("message")), None)
+        out[key] = {
+            "count": len(bad),
+            "of": len(entries),
+            "reasons": dict(sorted(reasons.items())),
+            "example": example,
+            "cases": [e["id"] for e in bad],
+        }
+    return out
+
+
+def all_missing(doc: Mapping[str, Any]) -> bool:
+    """Whether the diagnosis measured nothing: every selected case lacks a value under the
+    intervention (for a replay, under the replay) or in its control."""
+    n = (doc.get("counts") or {}).get("selected", 0)
+    if not n:
+        return False
+    keys = ("replay", "replay_control") if doc["intervention"]["name"] in REPLAYS else ("intervention", "control")
+    return any((doc.get("missing") or {}).get(k, {}).get("count") == n for k in keys)
 
 
 # ------------------------------------------------------------------ text
@@ -334,6 +401,30 @@ def intervention_title(intervention: Mapping[str, Any]) -> str:
     return "gold context"
 
 
+_CHILD_TITLES = {"control": "control", "intervention": "gold context", "replay_control": "replay control"}
+
+
+def _short_message(message: str) -> str:
+    """ "reranker() raised AttributeError: x" -> "AttributeError: x" (the stage is named by the line)."""
+    head, sep, rest = message.partition("() raised ")
+    return rest if sep and head.isidentifier() else message
+
+
+def missing_lines(doc: Mapping[str, Any]) -> list[str]:
+    """`reranker m:f failed on 13 of 13 cases: AttributeError: … (money_back, …); missing, reason system_error`."""
+    lines = []
+    for key, m in (doc.get("missing") or {}).items():
+        title = intervention_title(doc["intervention"]) if key == "replay" else _CHILD_TITLES.get(key, key)
+        ids = ", ".join(m["cases"][:3]) + (", …" if len(m["cases"]) > 3 else "")
+        example = f": {_short_message(m['example'])}" if m.get("example") else ""
+        reasons = ", ".join(m["reasons"])
+        lines.append(
+            f"{title} failed on {m['count']} of {m['of']} cases{example} ({ids}); "
+            f"missing, reason {reasons}; excluded from the counts below"
+        )
+    return lines
+
+
 def _label_lines(counts: Mapping[str, int], of: int) -> list[str]:
     return [f"{label}: {counts[label]} of {of}, {LABELS[label][2]}" for label in LABELS if counts.get(label)]
 
@@ -345,17 +436,24 @@ def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
     lines += _undiagnosable_lines(doc)
     if not c["selected"] or doc_id is None:
         return lines
-    lines.append(f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention")
+    no_control = ((doc.get("missing") or {}).get("control") or {}).get("count", 0)
+    lines.append(
+        f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
+        + (f" ({no_control} without a value)" if no_control else "")
+    )
     if c["unstable"]:
         where = "the control" if doc["intervention"]["name"] == "gold-context" else "a control"
         lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
     if c["not_diagnosed"]:
         lines.append(
             f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "
-            "(an error; see the child run); not diagnosed"
+            "or in the control (an error; see the child run); not diagnosed"
         )
     title = intervention_title(doc["intervention"])
     children = doc["child_runs"]
+    lines += missing_lines(doc)
+    if all_missing(doc):
+        lines.append("Nothing was measured: every selected case is missing a value (see above); no labels")
     if doc["intervention"]["name"] == "gold-context":
         lines.append(f"Recovered under gold context: {c['recovered']} of {c['diagnosed']}")
         lines += _label_lines(c["labels"], c["diagnosed"])
@@ -368,7 +466,7 @@ def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
         child = f"gold context {children['gold_context']}, control {children['control']}"
     else:
         g = c["gold"]
-        lines.append(f"Recovered under {title}: {c['recovered']} of {c['diagnosed']}")
+        lines.append(f"Recovered under {title}: {c['recovered']} of {c['diagnosed']}{_excluded(c)}")
         confirm = " or ".join(c["confirm_labels"])
         lines.append(f"Confirmed under {title}: {c['confirmed']} of {c['confirmable']} {confirm} cases also recovered")
         lines.append(
@@ -382,6 +480,11 @@ def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
         )
     lines += [f"Diagnosis {doc_id}", f"Child runs: {child}", f"Cases: oloproof inspect {doc_id}"]
     return lines
+
+
+def _excluded(counts: Mapping[str, Any]) -> str:
+    n = int(counts.get("replay_not_counted", 0))
+    return f" ({n} without a value under the replay or its control, not counted)" if n else ""
 
 
 def case_lines(doc: Mapping[str, Any]) -> list[str]:
@@ -398,6 +501,8 @@ def case_lines(doc: Mapping[str, Any]) -> list[str]:
         if replay:
             if passed(e["replay_control"]):
                 tail = "passed in the replay control"
+            elif not observed(e["replay_control"]):
+                tail = f"no value in the replay control ({e['replay_control'].get('reason')})"
             elif passed(e["replay"]):
                 tail = "recovered"
             elif e["replay"].get("status") != "observed":
@@ -525,6 +630,8 @@ class Diagnoser:
             self.failed_ids.append(rec["id"])
             if not (rec.get("expected") or {}).get("gold_context"):
                 self.undiagnosable.add(rec["id"])
+        if req.intervention == "reranker":
+            self._check_queries()
         self.gold: _GoldSource | None = None
         self._planned = False
         self._selected: list[str] = []
@@ -532,6 +639,19 @@ class Diagnoser:
         self._recorders: dict[str, RunRecorder] = {}
 
     # -- validation helpers
+
+    def _check_queries(self) -> None:
+        """A reranker replay needs the query retrieve() returned; runs recorded before it was kept have none."""
+        lacking = [
+            i for i in self.selectable if self.by_id[i].get("retrieval") is not None and "query" not in self.by_id[i]
+        ]
+        if lacking:
+            raise DiagnosisError(
+                f"run {self.run_id} does not record the retrieval query (Retrieval.query) of "
+                f"{len(lacking)} failed case(s) ({', '.join(lacking[:3])}{', …' if len(lacking) > 3 else ''}): "
+                "it was recorded before Oloproof kept it, and a reranker replay passes exactly that query to "
+                "function(query, candidates); re-run the cases and diagnose the new run"
+            )
 
     def _criterion(self, run: Mapping[str, Any]) -> tuple[str, Evaluator]:
         declared = [e for e in run.get("evaluators") or [] if isinstance(e, Mapping)]
@@ -622,16 +742,29 @@ class Diagnoser:
     def _plans(self, rec: Mapping[str, Any]) -> dict[str, tuple[Plan, Any, bool]]:
         cands = rec.get("retrieval") or []
         gold = (rec.get("expected") or {}).get("gold_context")
+        query = rec.get("query")  # what retrieve() put in Retrieval(query=...), as recorded
         plans: dict[str, tuple[Plan, Any, bool]] = {
             "control": (Plan(label="control", bypass_cache=True), None, True),
-            "gold-context": (Plan(label="gold-context", recorded=cands, gold_context=gold), gold, False),
+            "gold-context": (
+                Plan(label="gold-context", recorded=cands, gold_context=gold, query=query),
+                gold,
+                False,
+            ),
         }
         if self.request.intervention == "top-k":
-            plans["replay"] = (Plan(label="top-k", recorded=cands, top_k=self.request.top_k), None, False)
+            plans["replay"] = (
+                Plan(label="top-k", recorded=cands, top_k=self.request.top_k, query=query),
+                None,
+                False,
+            )
         elif self.request.intervention == "reranker":
-            plans["replay"] = (Plan(label="reranker", recorded=cands, reranker=self.rerank), None, False)
+            plans["replay"] = (
+                Plan(label="reranker", recorded=cands, reranker=self.rerank, query=query),
+                None,
+                False,
+            )
         if self.is_replay():
-            plans["replay-control"] = (Plan(label="replay-control", recorded=cands), None, True)
+            plans["replay-control"] = (Plan(label="replay-control", recorded=cands, query=query), None, True)
         return plans
 
     def run_case(self, case_id: str, *, control_first: bool = True) -> dict[str, Any]:

@@ -78,7 +78,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     finally:
         ev.caches.close()
     cli._emit(args, result.to_json(), result.lines)
-    return cli.EXIT_OK
+    # every replay (or intervention, or control) without a value: nothing was diagnosed, and a
+    # script must not read the output as a diagnosis
+    return cli.EXIT_FAILED if result.measured_nothing else cli.EXIT_OK
 
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:

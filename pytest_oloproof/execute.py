@@ -106,7 +106,7 @@ class Plan:
     gold_context: Sequence[Mapping[str, Any]] | None = None  # the whole context, instead of assembly
     top_k: int | None = None
     reranker: Callable[..., Any] | None = None
-    query: Any = None
+    query: Any = None  # the recorded Retrieval.query, for a replay (what a reranker receives)
 
 
 NORMAL = Plan()
@@ -155,6 +155,8 @@ class Engine:
             "error": None,
             "cache": {"execution": "miss", "retrieve": None, "generate": None},
         }
+        if self.system.is_rag:
+            rec["query"] = None
         if seen is not None:  # the drivers read the stage cache statuses of a case that then fails
             seen["cache"] = rec["cache"]
         use_exec_cache = plan is NORMAL or plan.label == "normal"
@@ -164,7 +166,8 @@ class Engine:
         ekey = keys.execution(input_json)
         if use_exec_cache:
             hit = self.caches.get("execution", ekey, bypass=bypass)
-            if isinstance(hit, dict):
+            # an entry from before the query was recorded lacks it: recomputed, so the record keeps the query
+            if isinstance(hit, dict) and (not self.system.is_rag or "query" in hit):
                 verdicts = hit.pop(VERDICTS, None)
                 rec.update(hit)
                 rec["cache"] = {"execution": "hit", "retrieve": None, "generate": None}
@@ -182,12 +185,15 @@ class Engine:
         # -- retrieve (or replay the recorded candidates)
         if plan.recorded is not None:
             candidates = [dict(c) for c in plan.recorded]
+            rec["query"] = plan.query
             rec["cache"]["retrieve"] = None
         else:
             rkey = keys.retrieve(input_json)
             cached = self.caches.get("retrieve", rkey, bypass=bypass)
-            if isinstance(cached, list):
-                candidates = cached
+            # {"query", "candidates"}; a bare list (an entry from before the query was kept) is a miss
+            if isinstance(cached, dict) and isinstance(cached.get("candidates"), list):
+                candidates = cached["candidates"]
+                rec["query"] = cached.get("query")
                 rec["cache"]["retrieve"] = "hit"
             else:
                 result = yield _Call("retrieve", obj.retrieve, (case.input, depth))
@@ -209,9 +215,12 @@ class Engine:
                             "metadata": dict(p.metadata) if p.metadata else None,
                         }
                     )
+                query_json = _check_json(retrieval.query, case.id, "retrieve() query")
                 text = _check_json(candidates, case.id, "retrieve() candidates")
+                rec["query"] = retrieval.query
                 rec["cache"]["retrieve"] = "miss"
-                self._put(gate, "retrieve", rkey, candidates, bypass, text)
+                entry = {"query": retrieval.query, "candidates": candidates}
+                self._put(gate, "retrieve", rkey, entry, bypass, f'{{"candidates":{text},"query":{query_json}}}')
         if plan.reranker is not None:
             candidates = yield from self._rerank(case, plan, candidates)
         rec["retrieval"] = candidates
@@ -284,8 +293,8 @@ class Engine:
         self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
     ) -> Generator[_Call, Any, list[dict[str, Any]]]:
         passages = tuple(_passage(c) for c in candidates)
-        query = plan.query if plan.query is not None else case.input
-        result = yield _Call("reranker", plan.reranker, (query, passages))  # type: ignore[arg-type]
+        # the query text retrieve() returned (Retrieval.query), as recorded: never the case's input
+        result = yield _Call("reranker", plan.reranker, (plan.query, passages))  # type: ignore[arg-type]
         if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
             raise ContractError(f"case {case.id!r}: the reranker must return a sequence of Passage")
         originals = {(c["doc_id"], c["chunk_id"], c["text"]): c for c in candidates}
@@ -600,7 +609,10 @@ VERDICTS = "verdicts"
 def cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
     """What the execution entry keeps of a record."""
     keep = ("retrieval", "context", "dropped", "context_truncated", "output")
-    return {k: rec[k] for k in keep}
+    out = {k: rec[k] for k in keep}
+    if "query" in rec:
+        out["query"] = rec["query"]
+    return out
 
 
 def _check_json(value: Any, case_id: str, what: str) -> str:

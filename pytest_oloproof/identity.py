@@ -74,6 +74,34 @@ def judgment_key(evaluator_type: str, settings_digest: str, expected_digest: str
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def case_digest(input: Any, expected: Any) -> dict[str, str]:
+    """sha256 of a case's input and of its expected data (recorded per case; compared by `compare`)."""
+    return {"input": _fast_digest(input), "expected": _fast_digest(expected)}
+
+
+def _fast_digest(value: Any) -> str:
+    """sha256 of sorted-key compact JSON via orjson (a quarter of the standard encoder's time, every case)."""
+    import orjson
+
+    try:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except orjson.JSONEncodeError:  # e.g. an integer beyond 64 bits: the standard encoder takes it
+        return sha256_of(value)
+    return hashlib.sha256(text).hexdigest()
+
+
+def case_set_digest(cases: Sequence[Mapping[str, Any]]) -> str | None:
+    """`sha256:<hex>` of a whole case set (ids with their digests, in id order); None if a case has no digest."""
+    parts = []
+    for c in cases:
+        d = c.get("digest")
+        if not isinstance(d, Mapping):
+            return None
+        parts.append(f"{c['id']}|{d.get('input')}|{d.get('expected')}")
+    parts.sort()
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode("utf-8")).hexdigest()
+
+
 def settings_identity(settings: Mapping[str, Any]) -> str:
     """`sha256:<hex>` naming an evaluator's settings: how a judge validation is matched to a judge."""
     return "sha256:" + sha256_of(dict(settings))

@@ -481,6 +481,8 @@ class OloproofPlugin:
         ran = len(self.diagnoser.outcomes)
         result = self.diagnoser.finish(complete=not interrupted and ran >= self.items_selected)
         self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + result.lines
+        if result.measured_nothing and int(session.exitstatus) == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # nothing was diagnosed: never a success
         report_path = self.config.getoption("oloproof_report")
         if report_path:
             from .store import write_json

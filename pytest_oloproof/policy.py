@@ -29,6 +29,8 @@ INTERVAL_OVERLAPS_MARGIN = "interval_overlaps_margin"
 TOO_FEW_PAIRS = "too_few_pairs"
 MISSING_EXCEEDS_LIMIT = "missing_exceeds_limit"
 JUDGE_NOT_VALIDATED = "judge_not_validated"
+JUDGES_DIFFER = "judges_differ"  # the two runs were judged by different judges: the difference measures them
+CASES_CHANGED = "cases_changed"  # changed_cases: fail, and a case's input or expected data changed
 
 
 class DecisionRule(ABC):
@@ -143,6 +145,9 @@ class Policy(Strict):
     decisions: list[Decision]
     min_pairs: int = Field(default=10, ge=1)
     missing: Literal["fail", "exclude"] = "fail"
+    #: a case whose input or expected data changed between the runs: left out of every difference
+    #: (exclude), or the gate blocks with reason cases_changed (fail)
+    changed_cases: Literal["exclude", "fail"] = "exclude"
     confidence: float | None = Field(default=None, gt=0.5, lt=1.0)
 
     @field_validator("decisions")

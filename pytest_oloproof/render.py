@@ -89,6 +89,13 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
     ]
 
 
+def miss_lines(misses: Mapping[str, Any] | None) -> list[str]:
+    """Why the caches missed, per stage (see missreasons.py)."""
+    from .missreasons import lines
+
+    return lines(misses)
+
+
 #: terminal width a slice line wraps at
 SLICE_WIDTH = 120
 
@@ -135,6 +142,7 @@ def _slice_cell(row: Mapping[str, Any]) -> str:
 def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
     lines = metrics_table(record.get("metrics") or {}, float(record.get("confidence", 0.95)))
     lines += cache_lines(record["cache"])
+    lines += miss_lines(record.get("cache_misses"))
     lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
     errors = (record.get("counts") or {}).get("errors", 0)
     if errors:
@@ -160,6 +168,7 @@ def markdown_summary(record: Mapping[str, Any]) -> str:
     if notes:
         out += [f"- {line}" for line in notes] + [""]
     out += [f"`{line}`  " for line in cache_lines(record["cache"])]
+    out += [f"`{line.strip()}`  " for line in miss_lines(record.get("cache_misses"))]
     return "\n".join(out) + "\n"
 
 

@@ -19,7 +19,8 @@ from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
-from .identity import settings_identity
+from .identity import case_digest, case_set_digest, settings_identity
+from .missreasons import explain as explain_misses
 from .store import RunWriter, Store, new_run_id, write_json_stream
 
 if TYPE_CHECKING:
@@ -167,6 +168,8 @@ def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
     rec["expected"] = case.expected
     rec["metadata"] = case.metadata
     rec["source"] = case.source
+    # so a comparison can tell a case whose input or expected data changed under the same id
+    rec["digest"] = case_digest(case.input, case.expected)
     return rec
 
 
@@ -232,6 +235,7 @@ def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
         "context_truncated": None if no_context else bool(rec.get("context_truncated")),
         "error": None if not error else {"reason": error.get("reason"), "stage": error.get("stage")},
         "cache": _shared_cache(rec.get("cache") or {}),
+        "digest": rec.get("digest"),
     }
 
 
@@ -296,8 +300,25 @@ class RunRecorder:
         if status != "complete" and self._writer is not None:
             self._reconcile()
         record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
+        digest = case_set_digest(self.cases)
+        if digest is not None:
+            record["case_set_digest"] = digest
+        if self.header.get("purpose", "run") == "run":  # diagnosis child runs bypass caches on purpose
+            try:
+                misses = explain_misses(self.store, self.run_id, self.header, self.cases, self._written_cases)
+            except (OSError, ValueError, KeyError, TypeError) as exc:  # never lose a run over its explanation
+                misses = {"note": f"the reasons could not be worked out ({type(exc).__name__}: {exc})"}
+            if misses is not None:
+                record["cache_misses"] = misses
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
+
+    def _written_cases(self) -> Iterable[dict[str, Any]]:
+        """This run's full case records, as written so far (read back once, for the cache-miss reasons)."""
+        if self._writer is None:
+            return iter(())
+        self._writer.flush()
+        return self.store.iter_cases(self.run_id)
 
     def _reconcile(self) -> None:
         """After an interruption, count exactly the cases in cases.jsonl.

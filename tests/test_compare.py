@@ -115,7 +115,9 @@ def test_pairing_counts_paired_missing_excluded(store: Store) -> None:
     assert ok["missing_cases"] == ["a", "b", "f"]
     assert ok["improved"] == ["d"] and ok["regressed"] == []
     assert doc["paired_cases"] == 4  # cases present in both runs
-    assert doc["case_sets"] == {"only_in_candidate": ["a"], "only_in_baseline": ["f"]}
+    sets = doc["case_sets"]
+    assert (sets["only_in_candidate"], sets["only_in_baseline"]) == (["a"], ["f"])
+    assert sets["counts"] == {"only_in_candidate": 1, "only_in_baseline": 1, "changed": 0}
     lines = render(doc, doc_id)
     assert lines[0] == (
         f"Comparison {doc_id} of {doc['candidate']['run_id']} against {doc['baseline']['run_id']} · 4 paired cases"

@@ -77,8 +77,12 @@ def test_the_example_walk_through(pytester: pytest.Pytester, monkeypatch: pytest
         [
             "Cache: execution 0 hit/13 miss; *",
             f"Stages: retrieve 13 hit/0 miss; generate {13 - n} hit/{n} miss",
+            f"Cache misses (against the previous run {second['run_id']}):",
+            "  execution 13 miss: token_budget 40 → 120 (13)",
+            f"  generate {n} miss: context changed ({n}; token_budget 40 → 120)",
         ]
     )
+    assert wider["cache_misses"]["previous_run"] == second["run_id"]
     assert sorted(cid for cid, c in after.items() if c["cache"]["generate"] == "miss") == changed
     assert n == 6  # as the walk-through states; computed above from the recorded contexts
     assert all(after[cid]["context_truncated"] is False for cid in changed)
@@ -87,11 +91,23 @@ def test_the_example_walk_through(pytester: pytest.Pytester, monkeypatch: pytest
     set_setting(config, "index_version", "kb-2026-10-01")
     result, reindexed = run()
     assert reindexed["system"]["index_version"] == "kb-2026-10-01"
-    result.stdout.fnmatch_lines(["Stages: retrieve 0 hit/13 miss; generate 13 hit/0 miss"])
+    result.stdout.fnmatch_lines(
+        [
+            "Stages: retrieve 0 hit/13 miss; generate 13 hit/0 miss",
+            "  execution 13 miss: index_version kb-2026-09-16 → kb-2026-10-01 (13)",
+            "  retrieve 13 miss: index_version kb-2026-09-16 → kb-2026-10-01 (13)",
+        ]
+    )
 
     # a new version: nothing re-retrieved, everything regenerated
     set_setting(config, "version", "slice-c")
     result, regenerated = run()
-    result.stdout.fnmatch_lines(["Stages: retrieve 13 hit/0 miss; generate 0 hit/13 miss"])
+    result.stdout.fnmatch_lines(
+        [
+            "Stages: retrieve 13 hit/0 miss; generate 0 hit/13 miss",
+            "  execution 13 miss: version slice-b-example → slice-c (13)",
+            "  generate 13 miss: version slice-b-example → slice-c (13)",
+        ]
+    )
     assert regenerated["system"]["version"] == "slice-c"
     assert [r["status"] for r in run_records(store)] == ["complete"] * 5

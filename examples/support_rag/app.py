@@ -116,3 +116,19 @@ class SupportRag:
 
     def count_tokens(self, passage):
         return len((passage.text or "").split())
+
+
+def keyword_reranker(query, candidates):
+    """A reranker for `oloproof diagnose --intervention reranker --reranker app:keyword_reranker`.
+
+    `query` is the question string `retrieve` returned in `Retrieval(query=...)`. Passages
+    dense in question terms (shared terms per word) come first; a short, on-topic passage
+    can then move ahead of a long one, and fit the token budget.
+    """
+    q = terms(query)
+
+    def density(p: Passage) -> float:
+        words = len((p.text or "").split())
+        return len(q & terms(p.text or "")) / max(1, words)
+
+    return sorted(candidates, key=density, reverse=True)
