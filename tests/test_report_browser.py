@@ -195,6 +195,13 @@ def test_run_page_lists_13_cases_and_filters_to_the_4_failed(
     assert page.locator("#count-cases").get_attribute("data-count") == "13"
     assert page.locator("#count-failed").get_attribute("data-count") == "4"
     assert page.locator("#case-rows tr.failed").count() == 4
+    # the stage funnel: 13 labelled, 12 retrieved within depth 6, 12 within top-k 2, 10 in the context, 9 passed
+    funnel = page.locator("#funnel .fcount").evaluate_all("xs => xs.map(x => x.dataset.count)")
+    assert funnel == ["13", "12", "12", "10", "9"]
+    assert "−2 dropped by assembly: context budget" in page.locator("#funnel").inner_text()
+    # slices: a value short of support says so instead of showing an estimate
+    slices = page.locator(".slices").inner_text()
+    assert "2 observed · insufficient support" in slices and "90.0% [55.4%, 99.8%] 9/10" in slices
     shot(opened, tmp_path, "run")
 
     page.locator("#f-failed").check()
