@@ -404,3 +404,18 @@ def test_index_names_an_unreadable_run_instead_of_leaving_it_out(pytester: pytes
     assert "Not shown: records that could not be read" in index and oldest in index
     assert (pytester.path / "site" / f"{newest}.html").is_file()
     assert 'href="index.html"' in (pytester.path / "site" / f"{newest}.html").read_text(encoding="utf-8")
+
+
+def test_run_page_gives_the_cache_miss_reasons_the_terminal_gives() -> None:
+    from pytest_oloproof.render import miss_lines
+
+    misses = {
+        "previous_run": "run_P",
+        "stages": {"retrieve": {"miss": 13, "reasons": [{"reason": "index_version kb-1 → kb-2", "count": 13}]}},
+        "new_cases": 0,
+    }
+    hm = {"hit": 0, "miss": 13}
+    record = {**RECORD, "cache": dict.fromkeys(("execution", "judgment", "retrieve", "generate"), hm)}
+    view = model.run_view({**record, "cache_misses": misses})
+    assert [line.strip() for line in miss_lines(misses)] == view["cache_lines"][2:]
+    assert any("index_version kb-1 → kb-2" in line for line in view["cache_lines"])

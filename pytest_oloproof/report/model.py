@@ -13,7 +13,7 @@ from typing import Any
 
 from ..aggregate import slice_value
 from ..evaluators.retrieval import qrels_of
-from ..render import accounting, accounting_lines, cache_lines, fmt_estimate, fmt_interval
+from ..render import accounting, accounting_lines, cache_lines, fmt_estimate, fmt_interval, miss_lines
 from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
@@ -486,7 +486,8 @@ def run_view(
             }
             for e in evaluator_rows(record)
         ],
-        "cache_lines": cache_lines(record["cache"]) if record.get("cache") else [],
+        "cache_lines": (cache_lines(record["cache"]) if record.get("cache") else [])
+        + [line.strip() for line in miss_lines(record.get("cache_misses"))],
         "counts": {
             "cases": len(cases),
             "failed": failed,
