@@ -465,6 +465,7 @@ def run_view(
         "Confidence": f"{confidence * 100:g}%",
         "Seed": record.get("seed"),
         "Cache mode": record.get("cache_mode"),
+        "Case set digest": record.get("case_set_digest"),
     }
     return {
         "kind": "run",
