@@ -78,10 +78,12 @@ class Opened:
     url: str
     console_errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
+    failed: list[tuple[str, str | None]] = field(default_factory=list)
 
     def check_clean(self) -> None:
         assert self.console_errors == []
         assert self.requests == [self.url.split("#")[0]]
+        assert self.failed == []
 
 
 @pytest.fixture
@@ -96,6 +98,7 @@ def open_page(chromium: Any, tmp_path: Path) -> Iterator[Any]:
         page.on("console", lambda m: opened.console_errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: opened.console_errors.append(f"pageerror: {e}"))
         page.on("request", lambda r: opened.requests.append(r.url))
+        page.on("requestfailed", lambda r: opened.failed.append((r.url, r.failure)))
 
         def only_the_page(route: Any) -> None:  # anything beyond the page itself is refused and counted
             if route.request.url == url.split("#")[0]:
@@ -435,3 +438,21 @@ def test_hostile_strings_render_as_text(tmp_path: Path, open_page: Any) -> None:
     assert page.evaluate("window.__xss") is None
     opened.check_clean()
     assert re.search(r"<script>window", out.read_text()) is None
+
+
+def test_the_content_security_policy_stops_a_string_that_slipped_through(
+    example_site: Site, open_page: Any, tmp_path: Path
+) -> None:
+    """Belt and braces: markup injected into a page (as if escaping had failed) neither loads nor runs."""
+    page_path = example_site.root / f"{example_site.run_id}.html"
+    html = page_path.read_text(encoding="utf-8")
+    slipped = '<img src="https://example.invalid/x.png" onerror="window.__xss = 1"><script>window.__xss = 2</script>'
+    bad = tmp_path / "slipped.html"
+    bad.write_text(html.replace("<footer", slipped + "<footer", 1), encoding="utf-8")
+    opened = open_page(bad)
+    assert opened.page.evaluate("window.__xss") is None
+    # Chromium reports the image's request, and blocks it before it leaves the browser
+    assert opened.requests == [bad.resolve().as_uri(), "https://example.invalid/x.png"]
+    assert opened.failed == [("https://example.invalid/x.png", "csp")]
+    assert opened.console_errors and all("Content Security Policy" in e for e in opened.console_errors)
+    assert opened.page.locator("#case-rows tr").count() == 13  # the page's own script still ran
