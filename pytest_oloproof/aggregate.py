@@ -22,20 +22,26 @@ def summarize(
     confidence: float,
     seed: int,
     clusters: Sequence[Any] | None = None,
-    infer_rate: bool = True,
 ) -> dict[str, Any]:
     """Estimate and interval for one criterion's observed values.
 
-    A criterion of 0/1 values is a proportion whatever its type (a recall@k
-    with one relevant unit per case, say), so it gets the exact binomial interval.
+    The kind is the evaluator's (`Evaluator.kind`), never guessed from the values: an
+    nDCG or MRR whose values happen to be 0/1 in this run is still a mean, so one
+    criterion reads the same in every run and in a comparison. A "rate" whose values
+    are not all 0/1 (a custom evaluator declaring the wrong kind) is shown as a mean,
+    with a note saying why.
     """
-    rate = kind == "rate" or (infer_rate and len(values) > 0 and is_binary(values))
     n = len(values)
     value = sum(values) / n if n else None
+    rate = kind == "rate"
+    declared_note = None
+    if rate and not is_binary(values):
+        rate, declared_note = False, "declared a rate, but not every value is 0 or 1: shown as a mean"
     if rate:
         iv = stats.rate_interval(values, confidence, seed=seed, clusters=clusters)
     else:
         iv = stats.mean_interval(values, confidence, seed=seed, clusters=clusters)
+    note = "; ".join(x for x in (declared_note, iv.note) if x) or None
     out: dict[str, Any] = {
         "kind": "rate" if rate else "mean",
         "value": value,
@@ -46,8 +52,8 @@ def summarize(
     }
     if rate:
         out["passed"] = round(sum(values))
-    if iv.note:
-        out["note"] = iv.note
+    if note:
+        out["note"] = note
     return out
 
 
@@ -128,8 +134,8 @@ def compute_slices(
 ) -> list[dict[str, Any]]:
     """Exploratory breakdowns; values with too little support get a count and no estimate.
 
-    `kinds` carries each criterion's kind as decided over the whole run, so a
-    slice never reports a graded metric as a rate just because its few values are 0/1.
+    `kinds` carries each criterion's kind as decided over the whole run, so a slice
+    reads the same kind as the run's table.
     """
     rows: list[dict[str, Any]] = []
     for sl in slices:
@@ -151,7 +157,7 @@ def compute_slices(
                 if len(vals) < min_support:
                     row["insufficient_support"] = True
                 else:
-                    m = summarize(vals, kind, confidence=confidence, seed=seed, infer_rate=kinds is None)
+                    m = summarize(vals, kind, confidence=confidence, seed=seed)
                     row.update({"kind": m["kind"], "value_estimate": m["value"], "low": m["low"], "high": m["high"]})
                     if "passed" in m:
                         row["passed"] = m["passed"]

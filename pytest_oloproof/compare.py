@@ -252,16 +252,55 @@ def pair_criterion(
     return Pairing(name, pairs, missing, excluded, missing_ids)
 
 
+def criterion_kind(name: str, records: Sequence[Mapping[str, Any]], pairing: Pairing) -> str:
+    """The kind, "rate" or "mean", as the criterion's evaluator declares it (SPEC §7), never from the values.
+
+    Records written before evaluators carried a kind fall back to the values (0/1 pairs: a rate).
+    A declared rate whose values are not all 0/1 is compared as a mean (Tango needs 0/1).
+    """
+    for record in records:
+        for e in record.get("evaluators") or []:
+            if e.get("criterion") == name and e.get("kind") in ("rate", "mean"):
+                return "rate" if e["kind"] == "rate" and pairing.binary else "mean"
+    return "rate" if pairing.binary else "mean"
+
+
+def pair_clusters(pairs: Sequence[tuple[str, float, float]], baseline: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """The baseline's `metadata.cluster` of each pair (None for cases without one)."""
+    return [(baseline[cid].get("metadata") or {}).get("cluster") for cid, _b, _c in pairs]
+
+
 def paired_interval(
-    pairs: Sequence[tuple[str, float, float]], binary: bool, confidence: float, seed: int
+    pairs: Sequence[tuple[str, float, float]],
+    binary: bool,
+    confidence: float,
+    seed: int,
+    clusters: Sequence[Any] | None = None,
 ) -> stats.Interval:
-    """Interval for the mean difference candidate − baseline (as a proportion, not points)."""
+    """Interval for the mean difference candidate − baseline (as a proportion, not points).
+
+    Pass/fail: Tango's score interval. Graded: the paired betting interval. With clusters
+    (`metadata.cluster`), the paired betting interval over whole clusters, and for pass/fail
+    never narrower than Tango's (clustering can only add uncertainty).
+    """
     n = len(pairs)
+    diffs = [cand - base for _, base, cand in pairs]
+    if clusters is not None and not any(c is not None for c in clusters):
+        clusters = None
     if binary:
         b = sum(1 for _, base, cand in pairs if cand == 1.0 and base == 0.0)
         c = sum(1 for _, base, cand in pairs if cand == 0.0 and base == 1.0)
-        return stats.tango_interval(b, c, n, confidence)
-    return stats.paired_mean_diff_interval([cand - base for _, base, cand in pairs], confidence, seed=seed)
+        tango = stats.tango_interval(b, c, n, confidence)
+        if clusters is None:
+            return tango
+        iv = stats.paired_mean_diff_interval(diffs, confidence, seed=seed, clusters=clusters)
+        if iv.method != "paired-cluster-betting":
+            return tango
+        if iv.low <= tango.low and iv.high >= tango.high:
+            return iv
+        note = "; ".join(x for x in (iv.note, "widened to the unclustered Tango interval") if x)
+        return stats.Interval(min(iv.low, tango.low), max(iv.high, tango.high), iv.method, note)
+    return stats.paired_mean_diff_interval(diffs, confidence, seed=seed, clusters=clusters)
 
 
 def _points(x: float) -> float:
@@ -279,10 +318,12 @@ def printed_interval(low: float, high: float) -> tuple[str, str]:
     return f"{lo:+.1f}", f"{hi:+.1f}"
 
 
-def difference(pairing: Pairing, binary: bool, confidence: float, seed: int) -> dict[str, Any]:
+def difference(
+    pairing: Pairing, binary: bool, confidence: float, seed: int, clusters: Sequence[Any] | None = None
+) -> dict[str, Any]:
     """Estimate and interval in points, unrounded and as printed."""
     n = len(pairing.pairs)
-    iv = paired_interval(pairing.pairs, binary, confidence, seed)
+    iv = paired_interval(pairing.pairs, binary, confidence, seed, clusters)
     est = sum(c - b for _, b, c in pairing.pairs) / n if n else None
     out: dict[str, Any] = {
         "paired": n,
@@ -299,10 +340,16 @@ def difference(pairing: Pairing, binary: bool, confidence: float, seed: int) -> 
     return out
 
 
-def criterion_summary(pairing: Pairing, confidence: float, seed: int) -> dict[str, Any]:
-    """Everything the comparison says about one criterion."""
-    binary = pairing.binary
-    out = difference(pairing, binary, confidence, seed)
+def criterion_summary(
+    pairing: Pairing,
+    confidence: float,
+    seed: int,
+    binary: bool | None = None,
+    clusters: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """Everything the comparison says about one criterion (``binary``: its kind is a rate)."""
+    binary = pairing.binary if binary is None else binary
+    out = difference(pairing, binary, confidence, seed, clusters)
     out.update(
         {
             "kind": "rate" if binary else "mean",
@@ -370,7 +417,7 @@ def slice_rows(
                     row["insufficient_support"] = True
                 else:
                     sub = Pairing(name, members, Counter(), Counter(), [])
-                    row.update(difference(sub, binary[name], confidence, seed))
+                    row.update(difference(sub, binary[name], confidence, seed, pair_clusters(members, baseline_cases)))
                 rows.append(row)
     return rows
 
@@ -389,16 +436,23 @@ def decide(
     store: Store | None,
     baseline: Mapping[str, Any] | None = None,
     changed: Mapping[str, Any] | None = None,
+    clusters: Mapping[str, Sequence[Any] | None] | None = None,
 ) -> list[dict[str, Any]]:
     """Apply each decision of the policy; rules read the unrounded bounds."""
     out = []
     p = policy.policy
+    clusters = clusters or {}
     for d in p.decisions:
         rule = d.rule
         margin = float(d.margin or 0.0)
         conf = rule.interval_confidence(confidence)
         crit = criteria[d.criterion]
-        iv = crit if conf == confidence else difference(pairings[d.criterion], binary[d.criterion], conf, seed)
+        pairing = pairings[d.criterion]
+        iv = (
+            crit
+            if conf == confidence
+            else difference(pairing, binary[d.criterion], conf, seed, clusters.get(d.criterion))
+        )
         missing = int(crit["missing"])
         row: dict[str, Any] = {
             "name": d.name,
@@ -423,9 +477,11 @@ def decide(
         else:
             outcome, reason = rule.decide(float(iv["low"]), float(iv["high"]), margin)
         row.update({"outcome": outcome, "reason": reason})
-        needed = rule.pairs_needed(margin, confidence)
+        kind = "rate" if binary[d.criterion] else "mean"
+        needed = rule.pairs_needed(margin, confidence, kind)
         if needed is not None and crit["paired"] < needed:
             row["pairs_needed_without_change"] = needed
+            row["kind"] = kind
         out.append(row)
     return out
 
@@ -441,10 +497,12 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
         if needed is None:
             continue
         n = d["paired"]
-        note = (
-            f"{n} paired case{'' if n == 1 else 's'} cannot establish {d['test']} at a {fmt_margin(d['margin'])}-point "
-            f"margin; about {needed} would be needed with no changed verdicts"
-        )
+        margin = fmt_margin(d["margin"])
+        head = f"{n} paired case{'' if n == 1 else 's'} cannot establish {d['test']} at a {margin}-point"
+        if d.get("kind") == "mean":  # from the paired betting interval with every difference 0
+            note = f"{head} margin on {d['criterion']}, even with no change; about {needed} would be needed"
+        else:  # from Tango's interval with no discordant pair
+            note = f"{head} margin; about {needed} would be needed with no changed verdicts"
         if note not in notes:
             notes.append(note)
     return notes
@@ -495,8 +553,11 @@ def compare_runs(
             "data changed between the runs cannot be detected"
         )
     pairings = {name: pair_criterion(name, cand_cases, base_cases, changed) for name in shared}
-    binary = {name: p.binary for name, p in pairings.items()}
-    criteria = {name: criterion_summary(p, confidence, seed) for name, p in pairings.items()}
+    binary = {name: criterion_kind(name, (candidate, baseline), p) == "rate" for name, p in pairings.items()}
+    clusters = {name: pair_clusters(p.pairs, base_cases) for name, p in pairings.items()}
+    criteria = {
+        name: criterion_summary(p, confidence, seed, binary[name], clusters[name]) for name, p in pairings.items()
+    }
     slices = slice_rows(
         pairings,
         binary,
@@ -507,7 +568,7 @@ def compare_runs(
         seed,
     )
     decisions = (
-        decide(policy, pairings, binary, criteria, candidate, confidence, seed, store, baseline, changed)
+        decide(policy, pairings, binary, criteria, candidate, confidence, seed, store, baseline, changed, clusters)
         if policy is not None
         else []
     )

@@ -3,7 +3,9 @@
 A judge may gate a release only after it agrees well enough with people on a
 labelled set. `validate_judge` runs the judge on every labelled example and
 reports accuracy (exact Clopper–Pearson interval) and Cohen's kappa (point and
-a seeded percentile-bootstrap interval), judge failures counted separately.
+an interval valid at every n: `stats.kappa_interval`, the range of kappa over
+Bonferroni-combined Clopper–Pearson intervals of the agreement and of both pass
+rates), judge failures counted separately.
 
 Pass rules (all must hold; thresholds are arguments):
 
@@ -35,9 +37,9 @@ from scipy.stats import binomtest
 from .errors import ConfigError
 from .evaluators.base import ContextPassage, CriterionValue, EvalInput, Evaluator
 from .identity import settings_identity
+from .stats import kappa_interval
 
 SCHEMA = "oloproof.judge_validation/1"
-BOOTSTRAP_RESAMPLES = 2000
 
 
 class JudgeLabelsError(ConfigError):
@@ -150,27 +152,17 @@ def cohen_kappa(human: np.ndarray, judge: np.ndarray) -> float | None:
     return (p_o - p_e) / (1 - p_e)
 
 
-def _kappa_interval(human: np.ndarray, judge: np.ndarray, confidence: float, seed: int) -> dict[str, Any]:
-    """Percentile bootstrap over examples; resamples where kappa is undefined are dropped."""
-    n = human.size
-    if n < 2:
-        return {"low": None, "high": None, "resamples": 0, "undefined_resamples": 0}
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(BOOTSTRAP_RESAMPLES, n))
-    h, j = human[idx], judge[idx]
-    p_o = np.mean(h == j, axis=1)
-    ph, pj = np.mean(h, axis=1), np.mean(j, axis=1)
-    p_e = ph * pj + (1 - ph) * (1 - pj)
-    ok = ~np.isclose(p_e, 1.0)
-    kappas = (p_o[ok] - p_e[ok]) / (1 - p_e[ok])
-    out: dict[str, Any] = {"resamples": BOOTSTRAP_RESAMPLES, "undefined_resamples": int(BOOTSTRAP_RESAMPLES - ok.sum())}
-    if kappas.size == 0:
-        out.update(low=None, high=None)
-    else:
-        alpha = 1 - confidence
-        low, high = np.quantile(kappas, [alpha / 2, 1 - alpha / 2])
-        out.update(low=float(low), high=float(high))
-    return out
+def _kappa_interval(human: np.ndarray, judge: np.ndarray, confidence: float) -> dict[str, Any]:
+    """Kappa interval from the counts (`stats.kappa_interval`); none without examples.
+
+    A percentile bootstrap, used before, printed [1.000, 1.000] for 5 agreements out of 5:
+    resampling a perfect sample only ever finds perfection.
+    """
+    n = int(human.size)
+    if n == 0:
+        return {"low": None, "high": None}
+    iv = kappa_interval(int(np.sum(human == judge)), int(np.sum(human)), int(np.sum(judge)), n, confidence)
+    return {"low": iv.low, "high": iv.high}
 
 
 def validate_judge(
@@ -251,18 +243,18 @@ def validate_judge(
     kappa_point = cohen_kappa(human, verdicts)
     kappa: dict[str, Any] = {
         "value": kappa_point,
-        "method": "percentile-bootstrap",
+        "method": "bonferroni-clopper-pearson",
         "confidence": confidence,
         "note": None,
     }
-    kappa.update(_kappa_interval(human, verdicts, confidence, seed))
+    kappa.update(_kappa_interval(human, verdicts, confidence))
     human_classes = {bool(v) for v in human_list}
     if judged and len(human_classes) < 2:
         kappa["note"] = "human labels hold one class only; kappa is not informative"
     if kappa_point is None and judged:
         kappa["note"] = "undefined: human labels and verdicts are all one and the same class"
     elif kappa_point == 1.0:
-        kappa["note"] = "perfect agreement; the interval reflects this sample only"
+        kappa["note"] = "perfect agreement in this sample; the interval says how far that goes"
 
     confusion = {
         "human_pass_judge_pass": int(np.sum(human & verdicts)),

@@ -20,7 +20,7 @@ from pydantic import Field, field_validator, model_validator
 
 from .config import Strict, close_spelling, key_path, load_yaml_model, where_in
 from .errors import ConfigError
-from .stats import pairs_needed_without_change
+from .stats import mean_pairs_needed_without_change, pairs_needed_without_change
 
 PASS, FAIL, INSUFFICIENT = "PASS", "FAIL", "INSUFFICIENT_EVIDENCE"
 
@@ -47,11 +47,18 @@ class DecisionRule(ABC):
     def decide(self, low: float, high: float, margin: float) -> tuple[str, str]:
         """(outcome, reason) for unrounded bounds ``low``/``high`` and ``margin``, all in points."""
 
-    def pairs_needed(self, margin: float, confidence: float) -> int | None:
-        """Pairs needed to pass with no changed verdict, or None if that can never pass."""
+    def pairs_needed(self, margin: float, confidence: float, kind: str = "rate") -> int | None:
+        """Pairs needed to pass with no changed verdict, or None if that can never pass.
+
+        Derived from the interval the comparison uses: Tango's for a rate, the paired
+        betting interval for a graded mean (wider, so more pairs are needed).
+        """
         if margin <= 0 or margin >= 100:
             return None
-        return pairs_needed_without_change(margin / 100.0, self.interval_confidence(confidence))
+        conf = self.interval_confidence(confidence)
+        if kind == "mean":
+            return mean_pairs_needed_without_change(margin / 100.0, conf)
+        return pairs_needed_without_change(margin / 100.0, conf)
 
 
 class NonInferiority(DecisionRule):
@@ -80,7 +87,7 @@ class Superiority(DecisionRule):
             return FAIL, "upper_bound_below_margin"
         return INSUFFICIENT, INTERVAL_OVERLAPS_MARGIN
 
-    def pairs_needed(self, margin: float, confidence: float) -> int | None:
+    def pairs_needed(self, margin: float, confidence: float, kind: str = "rate") -> int | None:
         # With no changed verdict the difference is 0, whose interval always reaches below
         # any margin >= 0: no number of unchanged pairs can establish superiority.
         return None

@@ -75,7 +75,7 @@ def accounting_lines(metrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
         if m.get("note") and m.get("observed"):
             lines.append(f"{name}: interval {m.get('method')} ({m['note']})")
     if any(m.get("clustered") for m in metrics.values()):
-        lines.append("Intervals resample whole clusters (metadata.cluster).")
+        lines.append("Intervals treat whole clusters (metadata.cluster) as the independent units.")
     return lines
 
 

@@ -1,6 +1,9 @@
 """Confidence intervals for Oloproof aggregates and comparisons (SPEC §7, §10).
 
-Pure functions over numpy/scipy. Every function returns an :class:`Interval`
+Pure functions over numpy/scipy. Pass rates: exact Clopper–Pearson; paired pass/fail:
+Tango's score interval; graded means, paired graded differences and anything
+clustered: the betting intervals of Waudby-Smith & Ramdas (module `betting`), valid
+at every n. Every function returns an :class:`Interval`
 that names the method used and, when a fallback was needed, says why in
 ``note``. No function ever returns a zero-width interval as if it were
 certainty: degenerate inputs (no data, one value, all values equal) get an
@@ -11,11 +14,13 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from . import betting
 
 
 class _LazyModule:
@@ -36,11 +41,11 @@ optimize: Any = _LazyModule("scipy.optimize")
 stats: Any = _LazyModule("scipy.stats")
 
 __all__ = [
-    "BOOTSTRAP_RESAMPLES",
-    "T_INTERVAL_MIN_N",
     "Interval",
     "clopper_pearson",
+    "kappa_interval",
     "mean_interval",
+    "mean_pairs_needed_without_change",
     "paired_mean_diff_interval",
     "pairs_needed_without_change",
     "rate_interval",
@@ -49,18 +54,12 @@ __all__ = [
     "z_for",
 ]
 
-#: Number of bootstrap resamples (scipy's default, fixed so results are reproducible).
-BOOTSTRAP_RESAMPLES = 9999
-#: From this many observations on, means use a t-interval instead of the bootstrap.
-T_INTERVAL_MIN_N = 30
-
 # Notes explaining fallbacks (kept as constants so callers and tests can match them).
 NOTE_NO_OBSERVATIONS = "no observations"
 NOTE_N_LT_2 = "n < 2"
 NOTE_ALL_EQUAL = "all values equal"
 NOTE_ALL_DIFFS_EQUAL = "all differences equal"
 NOTE_FEW_CLUSTERS = "fewer than 2 clusters"
-NOTE_BCA_NAN = "BCa undefined (nan); percentile bootstrap used"
 NOTE_WIDENED_TO_CP = "widened to the unclustered Clopper-Pearson interval"
 
 
@@ -143,47 +142,6 @@ def _exact_rate(k: int, n: int, confidence: float, note: str | None = None) -> I
     return Interval(float(ci.low), float(ci.high), "clopper-pearson", note)
 
 
-def _ratio(sums: np.ndarray, sizes: np.ndarray, axis: int = -1) -> np.ndarray:
-    """Pooled mean of resampled clusters (vectorised statistic for scipy.stats.bootstrap)."""
-    ratio: np.ndarray = np.sum(sums, axis=axis) / np.sum(sizes, axis=axis)
-    return ratio
-
-
-def _bootstrap(
-    data: tuple[np.ndarray, ...],
-    statistic: Callable[..., np.ndarray],
-    confidence: float,
-    seed: int,
-    *,
-    paired: bool,
-    method: str,
-    fallback: str,
-    lo: float,
-    hi: float,
-) -> Interval:
-    """Seeded BCa bootstrap; falls back to the percentile method if BCa gives nan."""
-
-    def run(kind: str) -> Any:  # scipy's ConfidenceInterval(low, high)
-        return stats.bootstrap(
-            data,
-            statistic,
-            n_resamples=BOOTSTRAP_RESAMPLES,
-            paired=paired,
-            vectorized=True,
-            confidence_level=confidence,
-            method=kind,
-            rng=np.random.default_rng(seed),
-        ).confidence_interval
-
-    with np.errstate(all="ignore"):
-        ci = run("BCa")
-        note = None
-        if not (math.isfinite(ci.low) and math.isfinite(ci.high)):
-            ci = run("percentile")
-            method, note = fallback, NOTE_BCA_NAN
-    return Interval(max(lo, float(ci.low)), min(hi, float(ci.high)), method, note)
-
-
 def rate_interval(
     values: Sequence[float],
     confidence: float = 0.95,
@@ -194,11 +152,9 @@ def rate_interval(
     """Interval for a pass rate from 0/1 values.
 
     Without clusters: exact Clopper–Pearson (never anti-conservative). With clusters:
-    BCa bootstrap resampling whole clusters (pooled proportion as statistic), because
-    cases in one cluster are not independent evidence; the result is never narrower
-    than the unclustered Clopper–Pearson interval (a bootstrap over few clusters
-    undercovers). If every value is equal the bootstrap would be zero-width, so we fall
-    back to Clopper–Pearson with the effective sample size = number of clusters.
+    the betting interval over whole clusters (as for graded means; valid at every number
+    of clusters, so 3 clusters give a wide interval), never narrower than the unclustered
+    Clopper–Pearson interval (clustering can only add uncertainty).
     """
     _check_confidence(confidence)
     arr = _as_array(values, 0.0, 1.0, "pass/fail values")
@@ -211,42 +167,39 @@ def rate_interval(
     if clusters is None:
         return _exact_rate(k, n, confidence)
     ids = _cluster_ids(clusters, n)
-    sums, sizes = _cluster_totals(arr, ids)
-    g = sums.size
+    g = int(ids.max()) + 1
     if g == n:  # every cluster is a singleton: clustering changes nothing
         return _exact_rate(k, n, confidence, "all clusters are singletons")
-    if k in (0, n):
-        return _exact_rate(k // n * g, g, confidence, f"{NOTE_ALL_EQUAL}; Clopper-Pearson on {g} clusters")
     if g < 2:
         return Interval(0.0, 1.0, "degenerate", NOTE_FEW_CLUSTERS)
-    boot = _bootstrap(
-        (sums, sizes),
-        _ratio,
-        confidence,
-        seed,
-        paired=True,
-        method="cluster-bootstrap",
-        fallback="cluster-bootstrap",
-        lo=0.0,
-        hi=1.0,
-    )
+    low, high = _betting(arr, confidence, seed, ids)
     exact = _exact_rate(k, n, confidence)
-    if boot.low <= exact.low and boot.high >= exact.high:
-        return boot
-    # Clustering can only add uncertainty: never report less than the exact interval
-    # that treats every case as independent (the bootstrap undercovers with few clusters).
-    note = "; ".join(x for x in (boot.note, NOTE_WIDENED_TO_CP) if x)
-    return Interval(min(boot.low, exact.low), max(boot.high, exact.high), boot.method, note)
+    note = _join(NOTE_ALL_EQUAL if k in (0, n) else None, f"{g} clusters")
+    if low <= exact.low and high >= exact.high:
+        return Interval(low, high, "cluster-betting", note)
+    return Interval(min(low, exact.low), max(high, exact.high), "cluster-betting", _join(note, NOTE_WIDENED_TO_CP))
 
 
-def _all_equal_mean(value: float, n_eff: int, confidence: float, note: str) -> Interval:
-    """Conservative interval for a [0,1] mean when the sample shows no variation.
+def _betting(
+    values: np.ndarray,
+    confidence: float,
+    seed: int,
+    ids: np.ndarray | None = None,
+) -> tuple[float, float]:
+    """Betting bounds (see `betting`) for the mean of ``values`` in [0, 1], clusters optional.
 
-    A Bernoulli variable has the largest variance of any [0,1] variable with the same
-    mean, so Clopper–Pearson at k = n·mean is a conservative stand-in.
+    The bets depend on the order of the observations, so they are taken in a seeded random
+    order (the run's seed): the same run always gives the same interval, and an eval set
+    sorted by difficulty or topic cannot steer the bets.
     """
-    low, high = clopper_pearson(value * n_eff, n_eff, confidence)
-    return Interval(low, high, "clopper-pearson", note)
+    if ids is None:
+        sums, sizes = values, np.ones_like(values)
+    else:
+        sums, sizes = _cluster_totals(values, ids)
+    order = np.random.default_rng(seed).permutation(sums.size)
+    top = float(sizes.max())
+    low, high = betting.betting_bounds((sums[order] / top)[None, :], (sizes[order] / top)[None, :], 1.0 - confidence)
+    return float(low[0]), float(high[0])
 
 
 def mean_interval(
@@ -256,12 +209,13 @@ def mean_interval(
     seed: int = 0,
     clusters: Sequence[Hashable | None] | None = None,
 ) -> Interval:
-    """Interval for the mean of graded scores in [0, 1].
+    """Interval for the mean of graded scores in [0, 1], valid at every n.
 
-    n >= 30: t-interval on the standard error, clipped to [0, 1]. 2 <= n < 30: seeded
-    BCa bootstrap (percentile if BCa is nan). With clusters: BCa bootstrap over whole
-    clusters. Degenerate inputs get [0, 1] (n < 2) or a Clopper–Pearson bound at the
-    observed mean (all values equal), never a zero-width interval.
+    The betting confidence interval of Waudby-Smith & Ramdas (JRSS-B 2024), see
+    `pytest_oloproof.betting`: no CLT, no bootstrap asymptotics, only the bounds [0, 1].
+    With clusters the bets are placed on whole clusters, so a handful of clusters gives
+    a wide interval. All values equal is no special case (the interval stays wide at
+    small n); n < 2 gives [0, 1].
     """
     _check_confidence(confidence)
     arr = _as_array(values, 0.0, 1.0, "scores")
@@ -270,47 +224,21 @@ def mean_interval(
         return Interval(0.0, 1.0, "degenerate", NOTE_NO_OBSERVATIONS)
     if n == 1:
         return Interval(0.0, 1.0, "degenerate", NOTE_N_LT_2)
+    note = NOTE_ALL_EQUAL if np.all(arr == arr[0]) else None
     if clusters is not None:
         ids = _cluster_ids(clusters, n)
-        sums, sizes = _cluster_totals(arr, ids)
-        g = sums.size
+        g = int(ids.max()) + 1
         if g < n:
-            if np.all(arr == arr[0]):
-                return _all_equal_mean(
-                    float(arr[0]),
-                    g,
-                    confidence,
-                    f"{NOTE_ALL_EQUAL}; Clopper-Pearson on {g} clusters",
-                )
             if g < 2:
                 return Interval(0.0, 1.0, "degenerate", NOTE_FEW_CLUSTERS)
-            return _bootstrap(
-                (sums, sizes),
-                _ratio,
-                confidence,
-                seed,
-                paired=True,
-                method="cluster-bootstrap",
-                fallback="cluster-bootstrap",
-                lo=0.0,
-                hi=1.0,
-            )
-    if np.all(arr == arr[0]):
-        return _all_equal_mean(float(arr[0]), n, confidence, NOTE_ALL_EQUAL)
-    if n >= T_INTERVAL_MIN_N:
-        ci = stats.ttest_1samp(arr, 0.0).confidence_interval(confidence_level=confidence)
-        return Interval(max(0.0, float(ci.low)), min(1.0, float(ci.high)), "t")
-    return _bootstrap(
-        (arr,),
-        np.mean,
-        confidence,
-        seed,
-        paired=False,
-        method="bca-bootstrap",
-        fallback="percentile-bootstrap",
-        lo=0.0,
-        hi=1.0,
-    )
+            low, high = _betting(arr, confidence, seed, ids)
+            return Interval(low, high, "cluster-betting", _join(note, f"{g} clusters"))
+    low, high = _betting(arr, confidence, seed)
+    return Interval(low, high, "betting", note)
+
+
+def _join(*notes: str | None) -> str | None:
+    return "; ".join(x for x in notes if x) or None
 
 
 def round_outward(low: float, high: float, decimals: int) -> tuple[float, float]:
@@ -371,12 +299,18 @@ def tango_interval(b: int, c: int, n: int, confidence: float = 0.95) -> Interval
     return Interval(max(-1.0, float(low)), min(1.0, float(high)), "tango")
 
 
-def paired_mean_diff_interval(diffs: Sequence[float], confidence: float = 0.95, *, seed: int = 0) -> Interval:
+def paired_mean_diff_interval(
+    diffs: Sequence[float],
+    confidence: float = 0.95,
+    *,
+    seed: int = 0,
+    clusters: Sequence[Hashable | None] | None = None,
+) -> Interval:
     """Interval for the mean of paired differences of [0, 1] scores (values in [-1, 1]).
 
-    n >= 30: paired t-interval. 2 <= n < 30: seeded BCa bootstrap of the mean difference.
-    If every difference is equal (typically all zero) both would be zero-width, so we use
-    the Tango half-width with no discordant pairs, ±z²/(n+z²), around that difference.
+    The betting interval (as for single-run means) on (d + 1) / 2, which lies in [0, 1],
+    mapped back: valid at every n, and wide when nothing changed (13 zero differences
+    give about ±0.40), never the zero-width interval of a paired t or a bootstrap.
     """
     _check_confidence(confidence)
     arr = _as_array(diffs, -1.0, 1.0, "differences")
@@ -385,29 +319,38 @@ def paired_mean_diff_interval(diffs: Sequence[float], confidence: float = 0.95, 
         return Interval(-1.0, 1.0, "degenerate", NOTE_NO_OBSERVATIONS)
     if n == 1:
         return Interval(-1.0, 1.0, "degenerate", NOTE_N_LT_2)
-    if np.all(arr == arr[0]):
-        half = tango_interval(0, 0, n, confidence).high
-        centre = float(arr[0])
-        return Interval(
-            max(-1.0, centre - half),
-            min(1.0, centre + half),
-            "tango",
-            f"{NOTE_ALL_DIFFS_EQUAL}; Tango bound with no discordant pairs",
-        )
-    if n >= T_INTERVAL_MIN_N:
-        ci = stats.ttest_1samp(arr, 0.0).confidence_interval(confidence_level=confidence)
-        return Interval(max(-1.0, float(ci.low)), min(1.0, float(ci.high)), "paired-t")
-    return _bootstrap(
-        (arr,),
-        np.mean,
-        confidence,
-        seed,
-        paired=False,
-        method="bca-bootstrap",
-        fallback="percentile-bootstrap",
-        lo=-1.0,
-        hi=1.0,
-    )
+    iv = mean_interval(((arr + 1.0) / 2.0).tolist(), confidence, seed=seed, clusters=clusters)
+    note = NOTE_ALL_DIFFS_EQUAL if np.all(arr == arr[0]) else None
+    if iv.method == "degenerate":
+        return Interval(-1.0, 1.0, "degenerate", iv.note)
+    method = "paired-" + iv.method
+    if iv.note and iv.note != NOTE_ALL_EQUAL:
+        note = _join(note, iv.note)
+    return Interval(max(-1.0, 2.0 * iv.low - 1.0), min(1.0, 2.0 * iv.high - 1.0), method, note)
+
+
+def mean_pairs_needed_without_change(margin: float, confidence: float = 0.95) -> int:
+    """Smallest number of pairs whose paired betting interval, with every difference 0,
+    has a lower bound above −``margin`` (a proportion): below it, even an unchanged graded
+    criterion cannot pass a non-inferiority or equivalence test at that margin.
+
+    With no change every order of the pairs is the same, so the seed does not matter; the
+    lower bound rises with n, so a doubling then bisection search finds the smallest n.
+    """
+    if not 0.0 < margin < 1.0:
+        raise ValueError(f"margin must be in (0, 1), got {margin!r}")
+
+    def passes(n: int) -> bool:
+        return n >= 2 and paired_mean_diff_interval(np.zeros(n).tolist(), confidence).low > -margin
+
+    hi = 2
+    while not passes(hi):
+        hi *= 2
+    lo = hi // 2  # fails (or is 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if passes(mid) else (mid, hi)
+    return hi
 
 
 def pairs_needed_without_change(margin: float, confidence: float = 0.95) -> int:
@@ -422,3 +365,50 @@ def pairs_needed_without_change(margin: float, confidence: float = 0.95) -> int:
     while z2 / (n + z2) >= margin:
         n += 1
     return n
+
+
+def kappa_interval(
+    agree: int, first_pass: int, second_pass: int, n: int, confidence: float = 0.95, *, cells: int = 100
+) -> Interval:
+    """Interval for Cohen's kappa of two pass/fail raters on ``n`` items, valid at every n.
+
+    Kappa = 1 − (1 − p_o) / (1 − p_e), with p_e = a·b + (1 − a)(1 − b), is a function of three
+    proportions: the agreement p_o and each rater's pass rate a, b. Each gets a Clopper–Pearson
+    interval at level 1 − α/3, so all three hold at once with probability at least 1 − α
+    (Bonferroni); the interval is the range of kappa over that box, restricted to the
+    proportions a 2×2 table can have (|a + b − 1| ≤ p_o ≤ 1 − |a − b|). The range is bounded
+    rigorously cell by cell on a ``cells``×``cells`` grid of (a, b): in each cell the least
+    and largest feasible p_o and 1 − p_e (bilinear, so extreme at the cell's corners) give
+    bounds that hold for every point of the cell, so the result can only be wider than the
+    exact range, never narrower. Conservative, never zero-width: 5 agreements out of 5
+    give about [−0.47, 1].
+    """
+    _check_confidence(confidence)
+    if n <= 0:
+        return Interval(-1.0, 1.0, "degenerate", NOTE_NO_OBSERVATIONS)
+    if not (0 <= agree <= n and 0 <= first_pass <= n and 0 <= second_pass <= n):
+        raise ValueError(f"counts must be in [0, n], got {agree}, {first_pass}, {second_pass} of {n}")
+    each = 1.0 - (1.0 - confidence) / 3.0
+    o_low, o_high = clopper_pearson(agree, n, each)
+    a_edges = np.linspace(*clopper_pearson(first_pass, n, each), cells + 1)
+    b_edges = np.linspace(*clopper_pearson(second_pass, n, each), cells + 1)
+    a0, b0 = np.meshgrid(a_edges[:-1], b_edges[:-1], indexing="ij")
+    a1, b1 = np.meshgrid(a_edges[1:], b_edges[1:], indexing="ij")
+    corners = [(a0, b0), (a0, b1), (a1, b0), (a1, b1)]
+    disagree_chance = np.stack([x + y - 2 * x * y for x, y in corners])  # 1 − p_e
+    total = np.stack([x + y - 1 for x, y in corners])
+    gap = np.stack([x - y for x, y in corners])
+
+    def least_abs(v: np.ndarray) -> np.ndarray:  # min of |v| over a cell (0 where v changes sign)
+        out: np.ndarray = np.where((v.min(axis=0) <= 0) & (v.max(axis=0) >= 0), 0.0, np.abs(v).min(axis=0))
+        return out
+
+    p_min = np.maximum(o_low, least_abs(total))  # least agreement a table in the cell can have
+    p_max = np.minimum(o_high, 1.0 - least_abs(gap))  # and the most
+    feasible = p_min <= p_max  # the observed proportions' cell always is
+    den_low, den_high = disagree_chance.min(axis=0), disagree_chance.max(axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = np.where(den_low > 0, 1.0 - (1.0 - p_min) / den_low, -1.0)
+        high = np.where(p_max >= 1.0, 1.0, np.where(den_high > 0, 1.0 - (1.0 - p_max) / den_high, 1.0))
+    low, high = np.clip(low, -1.0, 1.0), np.clip(high, -1.0, 1.0)
+    return Interval(float(low[feasible].min()), float(high[feasible].max()), "bonferroni-clopper-pearson")

@@ -140,17 +140,63 @@ def test_excluded_wins_over_missing(store: Store) -> None:
 def test_no_change_13_pairs_is_the_tango_bound(store: Store) -> None:
     cand = {f"k{i}": {"ok": float(i % 3 == 0), "g": 0.5 + i / 100} for i in range(13)}
     doc_id, doc = compare_ids(store, cand, cand)
-    for name in ("ok", "g"):
-        c = doc["criteria"][name]
-        assert c["method"] == "tango"
-        assert c["high"] == pytest.approx(100 * 1.959964**2 / (13 + 1.959964**2), abs=1e-4)
-        assert c["low"] == pytest.approx(-c["high"])
+    ok, g = doc["criteria"]["ok"], doc["criteria"]["g"]
+    assert ok["method"] == "tango"
+    assert ok["high"] == pytest.approx(100 * 1.959964**2 / (13 + 1.959964**2), abs=1e-4)
+    assert ok["low"] == pytest.approx(-ok["high"])
+    # a graded criterion with no change: the paired betting interval, wider than Tango's
+    gexp = stats.paired_mean_diff_interval([0.0] * 13)
+    assert g["method"] == "paired-betting" and g["high"] == pytest.approx(100 * gexp.high)
+    assert g["low"] == pytest.approx(-g["high"]) and g["high"] > ok["high"]
     assert doc["criteria"]["ok"]["kind"] == "rate" and doc["criteria"]["g"]["kind"] == "mean"
     lines = render(doc, doc_id)
     assert "ok: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
-    assert "g: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
+    lo, hi = g["printed"]["low"], g["printed"]["high"]
+    assert f"g: +0.0 points [{lo}, {hi}] · 13 paired · 0 missing · 0 excluded" in lines
+    assert float(hi) >= 27.0
     assert lines[-1] == "No policy given: no decisions and no gate (add --policy compare.yaml)"
     assert doc["gate"] is None and doc["exit_code"] == 0
+
+
+def test_kind_comes_from_the_evaluator_not_the_values(store: Store) -> None:
+    # an MRR whose values are all 0/1 in both runs is still a mean: paired betting, not Tango
+    cases = {f"k{i}": {"mrr": float(i % 2)} for i in range(13)}
+    evs = [{"criterion": "mrr", "type": "mrr", "kind": "mean", "asserts": False, "settings": {}}]
+    base = make_run(store, cases, evaluators=evs)
+    cand = make_run(store, cases, evaluators=evs)
+    _id, doc = run_comparison(store, cand, base)
+    assert doc["criteria"]["mrr"]["kind"] == "mean" and doc["criteria"]["mrr"]["method"] == "paired-betting"
+    assert "changed" in doc["criteria"]["mrr"] and "improved" not in doc["criteria"]["mrr"]
+
+
+def test_sample_size_line_for_a_graded_criterion(store: Store, tmp_path: Path) -> None:
+    cand = {f"k{i:02d}": {"ndcg_at_6": 0.5 + i / 40} for i in range(13)}
+    p = policy_file(tmp_path, "  - {name: ni, criterion: ndcg_at_6, test: non-inferiority, margin: 5.0}\n")
+    _id, doc = compare_ids(store, cand, cand, p)
+    needed = stats.mean_pairs_needed_without_change(0.05)
+    assert doc["decisions"][0]["pairs_needed_without_change"] == needed
+    assert doc["sample_size_notes"] == [
+        "13 paired cases cannot establish non-inferiority at a 5.0-point margin on ndcg_at_6, even with no change; "
+        f"about {needed} would be needed"
+    ]
+    assert needed > stats.pairs_needed_without_change(0.05)  # derived from the wider graded interval
+
+
+def test_clustered_pairs_get_a_cluster_level_interval(store: Store) -> None:
+    ids = [f"c{i:02d}" for i in range(12)]
+    base = {cid: {"g": 0.4 + (i % 4) / 10, "ok": float(i % 2)} for i, cid in enumerate(ids)}
+    cand = {cid: {"g": min(1.0, 0.45 + (i % 4) / 10), "ok": float(i % 2)} for i, cid in enumerate(ids)}
+    meta = {cid: {"cluster": f"doc{i // 4}"} for i, cid in enumerate(ids)}  # 3 clusters of 4
+    b = make_run(store, base, metadata=meta)
+    c = make_run(store, cand, metadata=meta)
+    _id, doc = run_comparison(store, c, b)
+    g, ok = doc["criteria"]["g"], doc["criteria"]["ok"]
+    plain = stats.paired_mean_diff_interval([cand[k]["g"] - base[k]["g"] for k in ids])
+    assert g["method"] == "paired-cluster-betting" and "3 clusters" in g["note"]
+    assert g["high"] - g["low"] > 100 * plain.width  # 3 clusters are weak evidence
+    tango = stats.tango_interval(0, 0, 12)
+    assert ok["method"] == "paired-cluster-betting"
+    assert ok["low"] <= 100 * tango.low and ok["high"] >= 100 * tango.high
 
 
 def test_interval_methods_binary_and_graded(store: Store) -> None:
@@ -166,7 +212,7 @@ def test_interval_methods_binary_and_graded(store: Store) -> None:
     assert (ok["low"], ok["high"]) == pytest.approx((expected.low * 100, expected.high * 100))
     diffs = [cand[k]["g"] - base[k]["g"] for k in sorted(cand)]
     gexp = stats.paired_mean_diff_interval(diffs)
-    assert g["method"] == gexp.method == "paired-t"
+    assert g["method"] == gexp.method == "paired-betting"
     assert (g["low"], g["high"]) == pytest.approx((gexp.low * 100, gexp.high * 100))
     assert g["estimate"] == pytest.approx(100 * sum(diffs) / 40)
     lo, hi = stats.round_outward(g["low"], g["high"], 1)
@@ -477,7 +523,7 @@ def test_cli_unknown_runs_and_different_systems_exit_2(
 def test_example_walkthrough_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """README walk-through: raise token_budget to 120, run, compare → every criterion ±22.9, BLOCK."""
+    """README walk-through: raise token_budget to 120, run, compare → every rate ±22.9, every mean ±27.6, BLOCK."""
     ex = tmp_path / "support_rag"
     shutil.copytree(EXAMPLE, ex, ignore=shutil.ignore_patterns(".oloproof", "__pycache__", ".pytest_cache"))
     first = oloproof("run", "-q", "-p", "no:cacheprovider", cwd=ex)
@@ -491,8 +537,10 @@ def test_example_walkthrough_compare(
     assert cli.main(["compare", new, old, "--policy", "compare.yaml"]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Comparison sha256:") and lines[0].endswith(f"of {new} against {old} · 13 paired cases")
-    for name in ("answer_correct", "hit_rate_at_2", "recall_at_2", "ndcg_at_6", "citations_valid"):
+    for name in ("answer_correct", "hit_rate_at_2", "citations_valid"):  # rates: Tango
         assert f"{name}: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
+    for name in ("recall_at_2", "ndcg_at_6"):  # graded means: the paired betting interval
+        assert f"{name}: +0.0 points [-27.6, +27.6] · 13 paired · 0 missing · 0 excluded" in lines
     assert (
         "13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
         "about 73 would be needed with no changed verdicts"

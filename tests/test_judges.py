@@ -538,7 +538,19 @@ def test_validate_judge_chance_agreement_fails(tmp_path: Path) -> None:
         labels,
         seed=7,
     )
-    assert again["kappa"] == coin["kappa"]  # seeded bootstrap: reproducible
+    assert again["kappa"] == coin["kappa"]  # reproducible
+
+
+def test_validate_judge_small_perfect_agreement_is_never_a_zero_width_interval(tmp_path: Path) -> None:
+    # 5 of 5 agreements: a bootstrap printed kappa [1.000, 1.000]; the data cannot say that much
+    labels = write_labels(tmp_path / "five.jsonl", ["pass", "fail", "pass", "fail", "pass"])
+    record = validate_judge(GroundednessJudge(provider=verdicts(lambda t: "GOOD" in t)), labels)
+    kappa, acc = record["kappa"], record["agreement"]
+    assert kappa["value"] == 1.0 and kappa["method"] == "bonferroni-clopper-pearson"
+    assert kappa["high"] == 1.0 and kappa["low"] < 0.5
+    assert acc["method"] == "clopper-pearson" and acc["high"] == 1.0
+    assert acc["low"] == pytest.approx(0.025 ** (1 / 5), abs=1e-9)  # Clopper-Pearson 5/5
+    assert record["passed"] is False
 
 
 def test_validate_judge_degenerate_and_small_sets(tmp_path: Path) -> None:

@@ -49,8 +49,8 @@ def test_retrieve_error_also_leaves_retrieval_metrics_missing(pytester: pytest.P
     make_project(pytester, cases, [{"type": "recall", "k": 2}])
     result, rep = report(pytester)
     result.assert_outcomes(passed=1, failed=1)
-    # 0/1 recall values are a proportion, so the exact interval applies
-    assert row(result, "recall_at_2")[1:] == ["100.0%", "[2.5%, 100.0%]", "1 / 1 observed · 1 missing · 0 excluded"]
+    # recall is a mean even when its one value is 1 (its kind comes from the evaluator); n = 1: [0, 1]
+    assert row(result, "recall_at_2")[1:] == ["1.000", "[0.000, 1.000]", "mean of 1 observed · 1 missing · 0 excluded"]
     b = next(c for c in rep["cases"] if c["id"] == "b")
     assert b["criteria"]["recall_at_2"]["status"] == "missing"
     assert b["error"]["stage"] == "retrieve" and "index is down" in b["error"]["message"]
@@ -90,7 +90,7 @@ def test_evaluator_error_missing_output_field_and_exclusions(pytester: pytest.Py
     assert by_id["c"]["ndcg_at_3"] == {"status": "excluded", "reason": "no_relevance_labels"}
     assert row(result, "answer_correct")[3] == "2 / 2 observed · 1 missing · 1 excluded"
     assert row(result, "fragile")[3] == "3 / 3 observed · 1 missing · 0 excluded"
-    assert row(result, "ndcg_at_3")[3] == "2 / 2 observed · 0 missing · 2 excluded"  # 0/1 values: a rate
+    assert row(result, "ndcg_at_3")[3] == "mean of 2 observed · 0 missing · 2 excluded"  # 0/1 values: still a mean
     out = "\n".join(section(result))
     assert "answer_correct: excluded — no_expected_value 1" in out
     assert "answer_correct: missing — missing_output_field 1" in out
@@ -157,12 +157,12 @@ ORDERS = [
 ]
 
 
-def test_graded_mean_gets_a_seeded_bca_interval_recorded_in_the_run(pytester: pytest.Pytester) -> None:
+def test_graded_mean_gets_a_seeded_betting_interval_recorded_in_the_run(pytester: pytest.Pytester) -> None:
     _graded(pytester, ORDERS, extra="seed: 7\n")
     r1, rep1 = report(pytester, "--oloproof-cache=off", name="r1.json")
     r2, rep2 = report(pytester, "--oloproof-cache=off", name="r2.json")
     m1, m2 = rep1["metrics"]["ndcg_at_3"], rep2["metrics"]["ndcg_at_3"]
-    assert m1["method"] == "bca-bootstrap" and rep1["seed"] == 7
+    assert m1["method"] == "betting" and rep1["seed"] == 7
     assert (m1["low"], m1["high"]) == (m2["low"], m2["high"])
     assert row(r1, "ndcg_at_3") == row(r2, "ndcg_at_3")
     assert m1["low"] < m1["value"] < m1["high"]
@@ -183,8 +183,8 @@ def test_degenerate_samples_are_shown_honestly(pytester: pytest.Pytester) -> Non
     )
     result = pytester.runpytest("--oloproof")
     recall = row(result, "recall_at_1")
-    # n = 1: a 0/1 mean is read as a rate, exact interval at 1/1
-    assert recall[1:] == ["100.0%", "[2.5%, 100.0%]", "1 / 1 observed · 0 missing · 2 excluded"]
+    # n = 1: a mean stays a mean, and one value says nothing about it: [0, 1]
+    assert recall[1:] == ["1.000", "[0.000, 1.000]", "mean of 1 observed · 0 missing · 2 excluded"]
     assert row(result, "never")[1:] == ["—", "—", "0 / 0 observed · 0 missing · 3 excluded"]
 
 
@@ -196,10 +196,10 @@ def test_all_equal_graded_values_and_n1_mean_never_get_zero_width(pytester: pyte
     assert m["value"] < 1 and m["low"] < m["value"] < m["high"]
     assert m["note"] == "all values equal"
     out = "\n".join(section(result))
-    assert "ndcg_at_3: interval clopper-pearson (all values equal)" in out
+    assert "ndcg_at_3: interval betting (all values equal)" in out
 
 
-def test_clusters_are_resampled_and_the_table_says_so(pytester: pytest.Pytester) -> None:
+def test_clusters_are_the_units_and_the_table_says_so(pytester: pytest.Pytester) -> None:
     cases = [
         case(
             f"c{i:02d}",
@@ -212,8 +212,9 @@ def test_clusters_are_resampled_and_the_table_says_so(pytester: pytest.Pytester)
     make_project(pytester, cases, [ANSWER])
     result, rep = report(pytester)
     m = rep["metrics"]["answer_correct"]
-    assert m["clustered"] is True and m["method"] == "cluster-bootstrap"
-    assert "Intervals resample whole clusters (metadata.cluster)." in section(result)
+    assert m["clustered"] is True and m["method"] == "cluster-betting" and "3 clusters" in m["note"]
+    assert m["low"] <= 0.5  # 8/12 passes but only 3 clusters: a wide interval
+    assert "Intervals treat whole clusters (metadata.cluster) as the independent units." in section(result)
 
 
 # ------------------------------------------------------------------ slices

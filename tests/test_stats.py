@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from functools import cache
 
@@ -9,11 +10,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from pytest_oloproof import betting
 from pytest_oloproof.stats import (
-    BOOTSTRAP_RESAMPLES,
     Interval,
     clopper_pearson,
+    kappa_interval,
     mean_interval,
+    mean_pairs_needed_without_change,
     paired_mean_diff_interval,
     pairs_needed_without_change,
     rate_interval,
@@ -84,13 +87,14 @@ def test_clopper_pearson_coverage_simulation(n: int, p: float) -> None:
 # ---------------------------------------------------------------- clustered rates
 
 
-def test_rate_interval_clustered_all_equal_uses_cluster_count() -> None:
+def test_rate_interval_clustered_all_equal_is_wide_with_three_clusters() -> None:
     clusters = ["a"] * 5 + ["b"] * 5 + ["c"] * 3
     iv = rate_interval([1] * 13, clusters=clusters)
-    ci = stats.binomtest(3, 3).proportion_ci(method="exact")
-    assert (iv.low, iv.high) == (ci.low, ci.high)
+    assert iv.method == "cluster-betting" and "3 clusters" in (iv.note or "")
     assert iv.width > 0 and "all values equal" in (iv.note or "")
-    assert iv.low < rate_interval([1] * 13).low  # 3 clusters are weaker evidence than 13 cases
+    # 3 clusters are weaker evidence than 13 cases, and not much stronger than 3 cases
+    assert iv.low < rate_interval([1] * 13).low
+    assert iv.low < 0.4
 
 
 def test_rate_interval_clusters_none_entries_are_singletons() -> None:
@@ -100,62 +104,109 @@ def test_rate_interval_clusters_none_entries_are_singletons() -> None:
     assert (one.low, one.high, one.note) == (0.0, 1.0, "fewer than 2 clusters")
 
 
-def test_rate_interval_cluster_bootstrap_widens_on_clustered_data() -> None:
+def test_rate_interval_cluster_betting_widens_on_clustered_data() -> None:
     # 8 clusters of 6 identical verdicts: effectively 8 observations, not 48
     values = [v for v in (1, 1, 1, 0, 1, 0, 1, 1) for _ in range(6)]
     clusters = [g for g in range(8) for _ in range(6)]
     plain = rate_interval(values)
     clustered = rate_interval(values, clusters=clusters, seed=3)
-    assert clustered.method == "cluster-bootstrap"
+    assert clustered.method == "cluster-betting"
     assert clustered.width > 1.2 * plain.width
     assert clustered.low <= plain.low and clustered.high >= plain.high
     assert rate_interval(values, clusters=clusters, seed=3) == clustered
 
 
-def test_rate_interval_cluster_bootstrap_never_narrower_than_exact() -> None:
-    # a percentile/BCa bootstrap on ~12 clusters undercovers; the exact interval is a floor
+def test_rate_interval_clustered_never_narrower_than_exact() -> None:
     values, clusters = [1] * 12 + [0], [*range(11), 11, 11]
     clustered = rate_interval(values, clusters=clusters)
     exact = rate_interval(values)
-    assert clustered.method == "cluster-bootstrap"
+    assert clustered.method == "cluster-betting"
     assert clustered.low <= exact.low and clustered.high >= exact.high
-    assert "widened" in (clustered.note or "")
 
 
 # ------------------------------------------------------------------------- means
 
 
-def test_mean_interval_bca_reproduces_scipy() -> None:
+def _reference_wealth(x: list[float], m: float, alpha: float, up: bool, sizes: list[float] | None = None) -> float:
+    """The hedged-capital wealth of WSR 2024, one side, written as a plain loop from the paper:
+    the largest running wealth of betting up (or down) against mean m with predictable plug-in
+    bets sqrt(2 log(2/alpha) / (n sigma2_{i-1})) truncated at c/m (or c/(1-m)). With ``sizes``,
+    ``x`` holds cluster sums and each bet pays (sum - m * size) / largest size."""
+    n, c = len(x), betting.TRUNCATION
+    sizes = sizes or [1.0] * n
+    top = max(sizes)
+    mu_sum, var_sum, var_prev, wealth, best = 0.0, 0.0, 0.25, 1.0, 1.0
+    for i, (si, ni) in enumerate(zip(x, sizes, strict=True), start=1):
+        lam = math.sqrt(2 * math.log(2 / alpha) / (n * var_prev))
+        cap = c / m if up else c / (1 - m)
+        bet = min(lam, cap)
+        pay = (si - m * ni) / top
+        wealth *= 1 + bet * pay if up else 1 - bet * pay
+        best = max(best, wealth)
+        xi = si / ni  # the variance estimate reads cluster means
+        mu_sum += xi
+        mu = (0.5 + mu_sum) / (i + 1)
+        var_sum += (xi - mu) ** 2
+        var_prev = (0.25 + var_sum) / (i + 1)
+    return best
+
+
+def _check_bounds_against_reference(x: list[float], sizes: list[float] | None = None) -> None:
+    top = max(sizes) if sizes else 1.0
+    arr = np.array([x]) / top
+    size = np.array([sizes]) / top if sizes else np.ones_like(arr)
+    low, high = betting.betting_bounds(arr, size, 0.05)
+    lo, hi = float(low[0]), float(high[0])
+
+    def wealth(m: float, up: bool) -> float:
+        return _reference_wealth(x, m, 0.05, up, sizes)
+
+    # each bound is where the wealth crosses 2/alpha: rejected just outside, kept just inside
+    if lo > 1e-6:
+        assert wealth(lo - 1e-6, True) >= 40.0 > wealth(lo + 1e-6, True)
+    else:
+        assert wealth(1e-6, True) < 40.0
+    if hi < 1 - 1e-6:
+        assert wealth(hi + 1e-6, False) >= 40.0 > wealth(hi - 1e-6, False)
+    else:
+        assert wealth(1 - 1e-6, False) < 40.0
+
+
+def test_betting_bounds_match_a_loop_written_from_the_paper() -> None:
+    x = [0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5]
+    low, high = betting.betting_bounds(np.array([x]), np.ones((1, len(x))), 0.05)
+    assert 0.0 < low[0] < np.mean(x) < high[0] < 1.0
+    _check_bounds_against_reference(x)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_betting_bounds_match_the_loop_on_random_samples(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 60))
+    draws = [rng.beta(8, 1, n), rng.beta(0.3, 0.3, n), rng.binomial(3, 0.7, n) / 3.0]
+    _check_bounds_against_reference(draws[seed % 3].tolist())
+    # clusters of random sizes: cluster sums and sizes
+    sizes = rng.integers(1, 6, size=int(rng.integers(2, 12))).astype(float)
+    sums = [float(rng.beta(4, 2, int(k)).sum()) for k in sizes]
+    _check_bounds_against_reference(sums, sizes.tolist())
+
+
+def test_mean_interval_is_seeded_betting() -> None:
     x = [0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5]
     iv = mean_interval(x, seed=7)
-    ref = stats.bootstrap(
-        (np.array(x),),
-        np.mean,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="BCa",
-        confidence_level=0.95,
-        rng=np.random.default_rng(7),
-    ).confidence_interval
-    assert iv.method == "bca-bootstrap" and iv.note is None
-    assert (iv.low, iv.high) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    assert iv.method == "betting" and iv.note is None
     assert mean_interval(x, seed=7) == iv  # deterministic for a seed
-    assert mean_interval(x, seed=8) != iv  # and the seed matters
+    assert mean_interval(x, seed=8) != iv  # the seed orders the bets
     assert iv.low < np.mean(x) < iv.high
+    order = np.random.default_rng(7).permutation(len(x))
+    ref = betting.betting_bounds(np.array([x])[:, order], np.ones((1, len(x))), 0.05)
+    assert (iv.low, iv.high) == pytest.approx((float(ref[0][0]), float(ref[1][0])), abs=1e-12)
 
 
-def test_mean_interval_bca_nan_falls_back_to_percentile(monkeypatch: pytest.MonkeyPatch) -> None:
-    real = stats.bootstrap
-
-    def fake(*args, **kwargs):
-        res = real(*args, **kwargs)
-        if kwargs.get("method") == "BCa":
-            res.confidence_interval = type(res.confidence_interval)(math.nan, math.nan)
-        return res
-
-    monkeypatch.setattr(stats, "bootstrap", fake)
-    iv = mean_interval([0.1, 0.3, 0.3, 0.9], seed=1)
-    assert iv.method == "percentile-bootstrap" and "nan" in (iv.note or "")
-    assert 0.0 <= iv.low < iv.high <= 1.0
+def test_mean_interval_zero_one_values_of_a_mean_stay_betting() -> None:
+    # an MRR whose values happen to be 0/1 is still a mean: no Clopper-Pearson shortcut
+    iv = mean_interval([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    assert iv.method == "betting"
 
 
 @pytest.mark.parametrize(
@@ -177,41 +228,38 @@ def test_mean_interval_degenerate_never_zero_width(values: list[float], note: st
         assert iv.low <= values[0] <= iv.high
 
 
-def test_mean_interval_all_equal_is_clopper_pearson_at_observed_mean() -> None:
-    assert mean_interval([1.0] * 13).low == pytest.approx(0.025 ** (1 / 13), abs=1e-12)
-    iv = mean_interval([0.5] * 10)
-    assert (iv.low, iv.high) == pytest.approx(clopper_pearson(5, 10))
+def test_mean_interval_all_equal_shrinks_with_n_but_stays_open() -> None:
+    widths = [mean_interval([0.8] * n).width for n in (5, 13, 50, 500)]
+    assert all(a > b > 0 for a, b in itertools.pairwise(widths))
+    assert mean_interval([1.0] * 13).low < clopper_pearson(13, 13)[0] + 0.05  # about as wide as 13/13 passes
 
 
-def test_mean_interval_t_branch_at_30() -> None:
+def test_mean_interval_width_near_the_t_interval_at_large_n() -> None:
     rng = np.random.default_rng(0)
-    x = rng.beta(5, 2, size=30)
-    iv = mean_interval(x)
-    se = x.std(ddof=1) / math.sqrt(30)
-    half = stats.t.ppf(0.975, 29) * se
-    assert iv.method == "t"
-    assert (iv.low, iv.high) == pytest.approx((x.mean() - half, x.mean() + half), abs=1e-12)
-    assert mean_interval(x[:29]).method == "bca-bootstrap"
-    clipped = mean_interval([1.0] * 29 + [0.0])
-    assert clipped.high == 1.0 and clipped.method == "t"
+    x = rng.uniform(size=500)
+    iv = mean_interval(x.tolist())
+    half = stats.t.ppf(0.975, 499) * x.std(ddof=1) / math.sqrt(500)
+    assert iv.low < x.mean() < iv.high
+    assert 2 * half < iv.width < 1.3 * 2 * half
 
 
-def test_mean_interval_cluster_bootstrap_widens() -> None:
+def test_mean_interval_cluster_betting_widens() -> None:
     rng = np.random.default_rng(11)
     centres = [0.2, 0.9, 0.5, 0.8, 0.3]
     x = [min(1.0, max(0.0, c + rng.normal(0, 0.01))) for c in centres for _ in range(8)]
     clusters = [f"doc{g}" for g in range(5) for _ in range(8)]
     plain = mean_interval(x)
     clustered = mean_interval(x, clusters=clusters, seed=0)
-    assert plain.method == "t" and clustered.method == "cluster-bootstrap"
+    assert plain.method == "betting" and clustered.method == "cluster-betting"
+    assert clustered.note == "5 clusters"
     assert clustered.width > 2 * plain.width
     assert clustered == mean_interval(x, clusters=clusters, seed=0)
 
 
-def test_mean_interval_clustered_degenerate() -> None:
+def test_mean_interval_few_clusters_are_wide() -> None:
     iv = mean_interval([0.7] * 6, clusters=["a", "a", "b", "b", "c", "c"])
-    assert iv.note == "all values equal; Clopper-Pearson on 3 clusters"
-    assert (iv.low, iv.high) == pytest.approx(clopper_pearson(2.1, 3))
+    assert iv.method == "cluster-betting" and iv.note == "all values equal; 3 clusters"
+    assert iv.width > 0.5 and iv.low <= 0.7 <= iv.high
     one = mean_interval([0.1, 0.9], clusters=["a", "a"])
     assert (one.low, one.high, one.note) == (0.0, 1.0, "fewer than 2 clusters")
 
@@ -291,32 +339,82 @@ def test_tango_coverage_simulation(n: int, p1: float, p2: float, rho: float) -> 
 # ------------------------------------------------------------------ paired means
 
 
-def test_paired_mean_diff_all_zero_guard() -> None:
+def test_paired_mean_diff_all_zero_is_wide() -> None:
     iv = paired_mean_diff_interval([0.0] * 13)
-    half = Z95**2 / (13 + Z95**2)
-    assert (iv.low, iv.high) == pytest.approx((-half, half), abs=1e-10)
-    assert iv.method == "tango" and "all differences equal" in (iv.note or "")
+    tango = tango_interval(0, 0, 13)
+    assert iv.method == "paired-betting" and "all differences equal" in (iv.note or "")
+    assert iv.low == pytest.approx(-iv.high, abs=1e-9)  # symmetric: nothing changed
+    assert iv.high > tango.high  # a graded difference is weaker evidence than a verdict
     shifted = paired_mean_diff_interval([0.9] * 13)
-    assert shifted.high == 1.0 and shifted.low == pytest.approx(0.9 - half, abs=1e-10)
+    assert shifted.low < 0.9 < shifted.high <= 1.0
     big = paired_mean_diff_interval([0.0] * 40)
-    assert big.width > 0 and big.method == "tango"
+    assert 0 < big.width < iv.width
 
 
-def test_paired_mean_diff_branches() -> None:
+def test_paired_mean_diff_is_betting_on_the_shifted_scale() -> None:
     rng = np.random.default_rng(5)
     small = rng.uniform(-0.3, 0.4, size=12)
-    iv = paired_mean_diff_interval(small, seed=2)
-    ref = stats.bootstrap((small,), np.mean, method="BCa", rng=np.random.default_rng(2)).confidence_interval
-    assert iv.method == "bca-bootstrap"
-    assert (iv.low, iv.high) == pytest.approx((ref.low, ref.high), abs=1e-12)
-    large = rng.uniform(-0.3, 0.4, size=30)
-    t = paired_mean_diff_interval(large)
-    ref_t = stats.ttest_1samp(large, 0.0).confidence_interval(0.95)
-    assert t.method == "paired-t" and (t.low, t.high) == pytest.approx((ref_t.low, ref_t.high))
+    iv = paired_mean_diff_interval(small.tolist(), seed=2)
+    ref = mean_interval(((small + 1) / 2).tolist(), seed=2)
+    assert iv.method == "paired-betting"
+    assert (iv.low, iv.high) == pytest.approx((2 * ref.low - 1, 2 * ref.high - 1), abs=1e-12)
+    assert iv.low < small.mean() < iv.high
+    clustered = paired_mean_diff_interval(small.tolist(), clusters=[i // 4 for i in range(12)])
+    assert clustered.method == "paired-cluster-betting" and clustered.width > iv.width
     assert paired_mean_diff_interval([]).note == "no observations"
     assert paired_mean_diff_interval([0.2]) == Interval(-1.0, 1.0, "degenerate", "n < 2")
     with pytest.raises(ValueError):
         paired_mean_diff_interval([1.5, 0.0])
+
+
+def test_mean_pairs_needed_without_change() -> None:
+    for margin in (0.05, 0.1, 0.3):
+        n = mean_pairs_needed_without_change(margin)
+        assert paired_mean_diff_interval([0.0] * n).low > -margin >= paired_mean_diff_interval([0.0] * (n - 1)).low
+        assert n > pairs_needed_without_change(margin)  # more than Tango needs for verdicts
+    assert mean_pairs_needed_without_change(0.05) > 13
+
+
+# ------------------------------------------------------------------ kappa
+
+
+def test_kappa_interval_never_zero_width_and_contains_the_estimate() -> None:
+    perfect = kappa_interval(5, 3, 3, 5)
+    assert perfect.width > 0 and perfect.high == 1.0 and -0.5 < perfect.low < 0.0
+    iv = kappa_interval(90, 50, 50, 100)  # kappa 0.8
+    assert iv.low < 0.8 < iv.high < 1.0
+    assert kappa_interval(900, 500, 500, 1000).width < iv.width
+    assert kappa_interval(0, 0, 0, 0).method == "degenerate"
+
+
+def test_kappa_interval_contains_kappa_of_every_table_in_the_confidence_box() -> None:
+    # brute force: tables whose agreement and pass rates lie in the three Clopper-Pearson
+    # intervals must have their kappa inside the interval (the cell bounds never cut inside)
+    agree, a_pass, b_pass, n = 8, 5, 4, 10
+    iv = kappa_interval(agree, a_pass, b_pass, n)
+    each = 1 - 0.05 / 3
+    (o_lo, o_hi), (a_lo, a_hi), (b_lo, b_hi) = (clopper_pearson(k, n, each) for k in (agree, a_pass, b_pass))
+    rng = np.random.default_rng(0)
+    cells = rng.dirichlet([0.5] * 4, size=200_000)
+    p_o, a, b = cells[:, 0] + cells[:, 3], cells[:, 0] + cells[:, 1], cells[:, 0] + cells[:, 2]
+    inside = (o_lo <= p_o) & (p_o <= o_hi) & (a_lo <= a) & (a <= a_hi) & (b_lo <= b) & (b <= b_hi)
+    p_o, a, b = p_o[inside], a[inside], b[inside]
+    p_e = a * b + (1 - a) * (1 - b)
+    kappas = (p_o - p_e) / (1 - p_e)
+    assert kappas.size > 1000
+    assert iv.low <= kappas.min() and kappas.max() <= iv.high
+    assert kappas.min() - iv.low < 0.05 and iv.high - kappas.max() < 0.05  # and not much wider
+
+
+def test_kappa_interval_coverage_simulation() -> None:
+    # two raters with true kappa 0.6 (pass rates 0.5, agreement 0.8), 30 items
+    rng = np.random.default_rng(4)
+    cells = rng.multinomial(30, [0.4, 0.1, 0.1, 0.4], size=500)  # pp, pf, fp, ff
+    hits = 0
+    for pp, pf, fp, ff in cells:
+        iv = kappa_interval(int(pp + ff), int(pp + pf), int(pp + fp), 30)
+        hits += iv.low <= 0.6 <= iv.high
+    assert hits / 500 >= 0.95
 
 
 def test_pairs_needed_without_change() -> None:
