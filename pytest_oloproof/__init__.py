@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 from .errors import Transient
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
 from .system import Passage, Retrieval, rag_system
+from .usage import report_usage
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -24,6 +25,7 @@ __all__ = [
     "Transient",
     "evaluator",
     "rag_system",
+    "report_usage",
 ]
 
 

@@ -35,6 +35,7 @@ from .policy import (
     load_policy,
 )
 from .store import Store, load_run_file
+from .usage import compare_costs, cost_lines
 
 SCHEMA = "oloproof.comparison/1"
 EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
@@ -627,7 +628,14 @@ def compare_runs(
         **({"gate_reason": gate_reason} if gate_reason else {}),
         "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
         "cases": case_rows,
+        **_cost_field(candidate, baseline),
     }
+
+
+def _cost_field(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
+    """`cost`: per paired case and in total, what each run spent (absent when neither run recorded usage)."""
+    cost = compare_costs(candidate, baseline)
+    return {"cost": cost} if cost is not None else {}
 
 
 def _ids(ids: Sequence[str], limit: int = 5) -> str:
@@ -693,6 +701,7 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
             if reasons:
                 lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
     lines += list(doc.get("sample_size_notes") or [])
+    lines += cost_lines(doc.get("cost"))
     rows = doc.get("slices") or []
     if rows:
         lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
@@ -737,6 +746,7 @@ def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
         else:
             out.append(f"| {name} | — | — | {acc} |")
     out += [f"\n{n}" for n in doc.get("sample_size_notes") or []]
+    out += [f"\n{line}" for line in cost_lines(doc.get("cost"))]
     if doc.get("decisions"):
         out += ["", "| decision | criterion | test | outcome | reason |", "|---|---|---|---|---|"]
         for d in doc["decisions"]:

@@ -56,6 +56,14 @@ class EvaluatorSettings(BaseModel):
         return dict(self.model_extra or {})
 
 
+class ModelPrice(Strict):
+    """USD per million tokens for one model (`pricing:` in oloproof.yaml)."""
+
+    input: float = Field(ge=0, description="USD per million input (prompt) tokens")
+    output: float = Field(ge=0, description="USD per million output (completion) tokens")
+    cached_input: float | None = Field(default=None, ge=0, description="USD per million cached input tokens")
+
+
 class Settings(Strict):
     system: SystemSettings
     cases: str | list[str]
@@ -69,6 +77,9 @@ class Settings(Strict):
     seed: int = 0
     markers: list[str] = Field(default_factory=list)
     store: str = ".oloproof"
+    pricing: dict[str, ModelPrice] | None = None
+    max_cost: float | None = Field(default=None, gt=0, description="USD; stop issuing paid calls past it")
+    max_judge_calls: int | None = Field(default=None, ge=0, description="judge requests per run")
 
     @field_validator("slices")
     @classmethod
@@ -145,18 +156,30 @@ def close_spelling(word: str, choices: Sequence[str]) -> str:
 def _fields_at(model: type[BaseModel], loc: Sequence[int | str]) -> list[str]:
     """Valid key names at a location, for spelling suggestions."""
     current: Any = model
+    keyed = False  # the previous key holds a mapping of free keys to models (e.g. pricing: {MODEL: ...})
     for part in loc:
         if isinstance(part, int):
+            continue
+        if keyed:
+            keyed = False
             continue
         field = getattr(current, "model_fields", {}).get(part)
         if field is None:
             return []
         ann = field.annotation
+        keyed = _is_mapping_of_models(ann)
         current = _model_in(ann)
         if current is None:
             return []
     fields = getattr(current, "model_fields", {})
     return [f.alias or name for name, f in fields.items()]
+
+
+def _is_mapping_of_models(ann: Any) -> bool:
+    """dict[str, Model] (optionally | None): its keys are the user's, its values are models."""
+    if getattr(ann, "__origin__", None) is dict:
+        return _model_in(ann) is not None
+    return any(_is_mapping_of_models(a) for a in getattr(ann, "__args__", ()) or ())
 
 
 def _model_in(ann: Any) -> Any:
@@ -299,4 +322,10 @@ def load_config(path: Path) -> LoadedConfig:
                     f"evaluators[{names[ev.criterion]}]; give one of them another criterion: name"
                 )
             names[ev.criterion] = i
+    if settings.max_cost is not None and not settings.pricing:
+        raise ConfigError(
+            f"{where_in(path, node, ['max_cost'])}: max_cost: needs a pricing: table to compute costs from "
+            "(Oloproof never guesses prices); add pricing: {MODEL: {input: USD, output: USD}} per million tokens, "
+            "or use max_judge_calls"
+        )
     return LoadedConfig(path=path, settings=settings, raw=raw, node=node)

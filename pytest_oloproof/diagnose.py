@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from . import usage
 from .cases import Case
 from .errors import OloproofError, StoreError
 from .evaluators.base import Evaluator
 from .evaluators.retrieval import qrels_of
 from .execute import Engine, Plan, ResolvedSystem
-from .runner import Evaluation, RunRecorder, case_from_record, safe_settings
+from .runner import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
 from .system import load_object
 
 SCHEMA = "oloproof.diagnosis/1"
@@ -115,6 +116,8 @@ class Result:
     doc: dict[str, Any]
     doc_id: str | None
     lines: list[str]
+    #: what this diagnosis's re-execution spent (its child runs' `usage`); not part of the stored document
+    usage: dict[str, Any] | None = None
 
     @property
     def measured_nothing(self) -> bool:
@@ -122,7 +125,10 @@ class Result:
         return all_missing(self.doc)
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.doc_id, **self.doc}
+        out = {"id": self.doc_id, **self.doc}
+        if self.usage is not None:
+            out["usage"] = self.usage
+        return out
 
 
 # ------------------------------------------------------------------ per-case pieces
@@ -617,6 +623,7 @@ class Diagnoser:
             timeout_s=self.ev.cfg.settings.timeout_s,
             retries=self.ev.cfg.settings.retries,
             base_dir=self.ev.cfg.base_dir,
+            budget=self.ev.budget,
         )
         self.top_k = int(rsys.get("top_k") or depth)
         self.unit = _relevance_unit(run) or self.ev.relevance_unit
@@ -842,7 +849,20 @@ class Diagnoser:
         return {}
 
     def finish(self, *, complete: bool = True) -> Result:
-        """Close the child runs, build and store the diagnosis document(s), and render the output."""
+        """Close the child runs, build and store the diagnosis document(s), and render the output.
+
+        The result also says what re-executing the cases spent (tokens and cost of the child runs).
+        """
+        result = self._finish(complete=complete)
+        cases = [c for recorder in self._recorders.values() for c in recorder.cases]
+        pricing = pricing_table(self.ev.cfg.settings)
+        result.usage = usage.summarize(cases, pricing)
+        line = usage.child_runs_line(cases, pricing)
+        if line:
+            result.lines.append(line)
+        return result
+
+    def _finish(self, *, complete: bool = True) -> Result:
         status = "complete" if complete else "incomplete"
         child: dict[str, str] = {}
         for kind, recorder in self._recorders.items():

@@ -9,7 +9,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import metrics
+from . import metrics, usage
 from .cache import Caches
 from .cases import Case
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
@@ -106,9 +106,12 @@ def evaluate_record(
             rec["criteria"] = bundle["criteria"]
             rec["relevant_position"] = bundle["relevant_position"]  # fixed by the entry, expected data, unit
             rec.setdefault("cache", {})["judgment"] = {"hit": len(evaluators), "miss": 0}
+            _note_judge_usage(rec, {}, _bundle_usage(entry[1].get(bundle_id), evaluators))
             return rec
     x = eval_input(case, rec, gold) if not error else None
     digests = _Digests(x, expected_digest) if x is not None else None
+    spent: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage entries of the calls made now
+    saved: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage recorded with a cached verdict
     with caches.batch():  # the case's verdicts and its bundle in one commit
         for ev in evaluators:
             if error or x is None or digests is None:
@@ -117,7 +120,7 @@ def evaluate_record(
                     detail={"message": error["message"] if error else ""},
                 )
             else:
-                value, hit = _judge(ev, x, caches, bypass_judgment, digests)
+                value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved))
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
@@ -130,9 +133,31 @@ def evaluate_record(
             # evaluator sets are kept
             bundles = dict(list(entry[1].items())[-(MAX_BUNDLES - 1) :])
             bundles[bundle_id] = {"criteria": criteria, "relevant_position": rec["relevant_position"]}
+            produced = {**saved, **spent}  # what producing each verdict cost, for later hits to count as saved
+            if produced:
+                bundles[bundle_id]["usage"] = produced
             caches.put("execution", entry[0], {**cacheable(rec), VERDICTS: bundles})
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
+    _note_judge_usage(rec, spent, saved)
     return rec
+
+
+def _note_judge_usage(
+    rec: dict[str, Any], spent: Mapping[str, list[dict[str, Any]]], saved: Mapping[str, list[dict[str, Any]]]
+) -> None:
+    """Record judges' usage per criterion: `usage.judges` (spent now), `usage.saved.judges` (cache hits)."""
+    if spent:
+        rec.setdefault("usage", {})["judges"] = dict(spent)
+    if saved:
+        rec.setdefault("usage", {}).setdefault("saved", {})["judges"] = dict(saved)
+
+
+def _bundle_usage(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, list[dict[str, Any]]]:
+    """The usage a stored bundle's verdicts cost when they were judged (what reusing it saves)."""
+    stored = value.get("usage") if isinstance(value, dict) else None
+    if not isinstance(stored, dict):
+        return {}
+    return {ev.criterion: stored[ev.criterion] for ev in evaluators if isinstance(stored.get(ev.criterion), list)}
 
 
 #: Verdict bundles kept per execution entry (one per set of evaluators it was judged with).
@@ -219,7 +244,12 @@ def _settings_digest(ev: Evaluator) -> str:
 
 
 def _judge(
-    ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool, digests: _Digests | None = None
+    ev: Evaluator,
+    x: EvalInput,
+    caches: Caches,
+    bypass: bool,
+    digests: _Digests | None = None,
+    usage_log: tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] | None = None,
 ) -> tuple[CriterionValue, bool]:
     digests = digests or _Digests(x)
     try:
@@ -230,22 +260,45 @@ def _judge(
         cached = caches.get("judgment", key, bypass=bypass)
         if isinstance(cached, dict):
             try:
-                return CriterionValue.from_json(cached), True
+                value = CriterionValue.from_json(cached)
             except (KeyError, TypeError):
                 pass
+            else:
+                if usage_log is not None and isinstance(cached.get("usage"), list) and cached["usage"]:
+                    usage_log[1][ev.criterion] = cached["usage"]
+                return value, True
+    got: list[dict[str, Any]] = []
     try:
-        value = ev.evaluate(x)
+        with usage.collect() as got:
+            value = ev.evaluate(x)
         if not isinstance(value, CriterionValue):
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
         if value.value is not None and not math.isfinite(value.value):
             raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
+    except usage.BudgetExhausted as exc:  # an evaluator of the user's that asked for a judge call
+        _log_spent(usage_log, ev, got)
+        return CriterionValue.missing(usage.BUDGET_EXHAUSTED, detail={"message": str(exc)}), False
     except Exception as exc:
+        _log_spent(usage_log, ev, got)
         return CriterionValue.missing(
             f"evaluator_error: {type(exc).__name__}: {exc}", detail={"traceback": traceback.format_exc()}
         ), False
+    _log_spent(usage_log, ev, got)
     if key is not None and value.status != "missing":
-        caches.put("judgment", key, value.to_json(), bypass=bypass)
+        stored = value.to_json()
+        if got:
+            stored["usage"] = got  # kept with the verdict: a later hit counts it as saved
+        caches.put("judgment", key, stored, bypass=bypass)
     return value, False
+
+
+def _log_spent(
+    usage_log: tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] | None,
+    ev: Evaluator,
+    got: list[dict[str, Any]],
+) -> None:
+    if usage_log is not None and got:
+        usage_log[0][ev.criterion] = list(got)
 
 
 def judge_one(ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool = False) -> CriterionValue:

@@ -24,6 +24,7 @@ from .config import LoadedConfig
 from .errors import ConfigError, ContractError, Transient
 from .identity import StageKeys, canonical_json
 from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object
+from .usage import PAID_STAGES, Budget, BudgetExhausted, collect
 
 
 @dataclass
@@ -117,6 +118,7 @@ class _Call:
     stage: str
     fn: Callable[..., Any]
     args: tuple[Any, ...]
+    usage: list[dict[str, Any]] = field(default_factory=list)  # what the call reported (set by the driver)
 
 
 class StageFailure(Exception):
@@ -135,6 +137,7 @@ class Engine:
     retries: int = 0
     backoff_s: float = 0.05
     base_dir: Path | None = None
+    budget: Budget | None = None  # max_cost / max_judge_calls of the run (usage.py)
     _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     _stage_keys: tuple[dict[str, Any], StageKeys] | None = field(default=None, init=False, repr=False)
 
@@ -159,6 +162,7 @@ class Engine:
             rec["query"] = None
         if seen is not None:  # the drivers read the stage cache statuses of a case that then fails
             seen["cache"] = rec["cache"]
+            seen["rec"] = rec  # ... and put the usage of the calls they made in it
         use_exec_cache = plan is NORMAL or plan.label == "normal"
         bypass = plan.bypass_cache
         keys = self._keys()
@@ -169,10 +173,14 @@ class Engine:
             # an entry from before the query was recorded lacks it: recomputed, so the record keeps the query
             if isinstance(hit, dict) and (not self.system.is_rag or "query" in hit):
                 verdicts = hit.pop(VERDICTS, None)
+                produced = hit.pop("usage", None)
                 rec.update(hit)
+                if isinstance(produced, dict) and produced:  # what executing it cost: saved by this hit
+                    rec["usage"] = {"saved": {"stages": produced}}
                 rec["cache"] = {"execution": "hit", "retrieve": None, "generate": None}
                 rec[EXECUTION_ENTRY] = (ekey, verdicts if isinstance(verdicts, dict) else {})
                 return rec
+        saved: dict[str, list[dict[str, Any]]] = {}  # stage -> usage of the cache entries that served it
         if not self.system.is_rag:
             output = yield _Call("call", self.system.obj, (case.input,))
             _check_json(output, case.id, "system")
@@ -190,19 +198,25 @@ class Engine:
         else:
             rkey = keys.retrieve(input_json)
             cached = self.caches.get("retrieve", rkey, bypass=bypass)
-            # {"query", "candidates"}; a bare list (an entry from before the query was kept) is a miss
+            # {"query", "candidates", "usage"?}; a bare list (an entry from before the query was kept) is a miss
             if isinstance(cached, dict) and isinstance(cached.get("candidates"), list):
                 candidates = cached["candidates"]
                 rec["query"] = cached.get("query")
+                if isinstance(cached.get("usage"), list) and cached["usage"]:  # what retrieving it cost
+                    saved["retrieve"] = cached["usage"]
                 rec["cache"]["retrieve"] = "hit"
             else:
-                result = yield _Call("retrieve", obj.retrieve, (case.input, depth))
+                call = _Call("retrieve", obj.retrieve, (case.input, depth))
+                result = yield call
+                retrieve_usage = list(call.usage)
                 retrieval = check_retrieval(result, depth, case.id)
                 candidates = []
                 for pos, p in enumerate(retrieval.candidates, 1):
                     tokens = None
                     if callable(getattr(obj, "count_tokens", None)):
-                        t = yield _Call("count_tokens", obj.count_tokens, (p,))
+                        call = _Call("count_tokens", obj.count_tokens, (p,))
+                        t = yield call
+                        retrieve_usage += call.usage
                         tokens = check_tokens(t, case.id, pos)
                     candidates.append(
                         {
@@ -219,8 +233,12 @@ class Engine:
                 text = _check_json(candidates, case.id, "retrieve() candidates")
                 rec["query"] = retrieval.query
                 rec["cache"]["retrieve"] = "miss"
-                entry = {"query": retrieval.query, "candidates": candidates}
-                self._put(gate, "retrieve", rkey, entry, bypass, f'{{"candidates":{text},"query":{query_json}}}')
+                entry: dict[str, Any] = {"query": retrieval.query, "candidates": candidates}
+                entry_json = f'{{"candidates":{text},"query":{query_json}'
+                if retrieve_usage:  # kept with the entry, so a later hit counts it as saved
+                    entry["usage"] = retrieve_usage
+                    entry_json += f',"usage":{canonical_json(retrieve_usage)}'
+                self._put(gate, "retrieve", rkey, entry, bypass, entry_json + "}")
         if plan.reranker is not None:
             candidates = yield from self._rerank(case, plan, candidates)
         rec["retrieval"] = candidates
@@ -256,8 +274,11 @@ class Engine:
         if isinstance(cached_out, dict) and "output" in cached_out:
             rec["output"] = cached_out["output"]
             rec["cache"]["generate"] = "hit"
+            if isinstance(cached_out.get("usage"), list) and cached_out["usage"]:
+                saved["generate"] = cached_out["usage"]
         else:
-            output = yield _Call("generate", obj.generate, (case.input, tuple(context)))
+            call = _Call("generate", obj.generate, (case.input, tuple(context)))
+            output = yield call
             if not isinstance(output, Mapping):
                 raise ContractError(
                     f"case {case.id!r}: generate() must return a JSON-serialisable mapping "
@@ -267,7 +288,13 @@ class Engine:
             text = _check_json(output, case.id, "generate()")
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
-            self._put(gate, "generate", gkey, {"output": output}, gen_bypass, f'{{"output":{text}}}')
+            if call.usage:
+                entry_json = f'{{"output":{text},"usage":{canonical_json(call.usage)}}}'
+                self._put(gate, "generate", gkey, {"output": output, "usage": call.usage}, gen_bypass, entry_json)
+            else:
+                self._put(gate, "generate", gkey, {"output": output}, gen_bypass, f'{{"output":{text}}}')
+        if saved:
+            rec.setdefault("usage", {})["saved"] = {"stages": saved}
         self._commit(gate, ekey, rec, use_exec_cache, bypass)
         return rec
 
@@ -330,6 +357,7 @@ class Engine:
     async def aexecute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
         """Run one case on the current event loop (async stages awaited, sync ones in threads)."""
         attempt = 0
+        earlier: dict[str, list[dict[str, Any]]] = {}
         while True:
             attempt += 1
             started = time.perf_counter()
@@ -340,12 +368,14 @@ class Engine:
                 rec = self._timeout_record(case, plan)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
+            earlier = _carry_usage(earlier, rec)
             if not self._should_retry(rec, attempt):
                 return self._gave_up(rec, attempt)
             await asyncio.sleep(self._backoff(attempt))
 
     def _with_retries(self, case: Case, plan: Plan, run: Callable[[_Gate | None], dict[str, Any]]) -> dict[str, Any]:
         attempt = 0
+        earlier: dict[str, list[dict[str, Any]]] = {}
         while True:
             attempt += 1
             started = time.perf_counter()
@@ -356,6 +386,7 @@ class Engine:
                     rec = run(None)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
+            earlier = _carry_usage(earlier, rec)
             if not self._should_retry(rec, attempt):
                 return self._gave_up(rec, attempt)
             self._sleep(self._backoff(attempt))
@@ -428,9 +459,14 @@ class Engine:
             while True:
                 t0 = time.perf_counter()
                 try:
-                    value = call.fn(*call.args)
-                    if inspect.isawaitable(value):
-                        value = asyncio.run(_await(value))
+                    ticket = self._reserve(call)
+                    try:
+                        with collect() as call.usage:
+                            value = call.fn(*call.args)
+                            if inspect.isawaitable(value):
+                                value = asyncio.run(_await(value))
+                    finally:
+                        self._spent(seen, call, ticket)
                 except Exception as exc:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                     raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
@@ -441,9 +477,13 @@ class Engine:
             rec["timings"] = timings
             return rec
         except StageFailure as f:
-            return self._failure(case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"))
+            return self._failure(
+                case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"), usage=_usage_of(seen)
+            )
         except ContractError as exc:
-            return self._failure(case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"))
+            return self._failure(
+                case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
+            )
 
     async def _drive_async(self, case: Case, plan: Plan) -> dict[str, Any]:
         seen: dict[str, Any] = {}
@@ -455,16 +495,22 @@ class Engine:
             while True:
                 t0 = time.perf_counter()
                 try:
-                    if inspect.iscoroutinefunction(call.fn):
-                        value = await call.fn(*call.args)
-                    elif call.stage in _OFFLOADED:  # a sync stage must not block the other cases on the loop
-                        value = await asyncio.to_thread(call.fn, *call.args)
-                        if inspect.isawaitable(value):
-                            value = await value
-                    else:
-                        value = call.fn(*call.args)
-                        if inspect.isawaitable(value):
-                            value = await value
+                    ticket = self._reserve(call)
+                    try:
+                        # the collector is this task's (and copied into to_thread's context)
+                        with collect() as call.usage:
+                            if inspect.iscoroutinefunction(call.fn):
+                                value = await call.fn(*call.args)
+                            elif call.stage in _OFFLOADED:  # a sync stage must not block the other cases
+                                value = await asyncio.to_thread(call.fn, *call.args)
+                                if inspect.isawaitable(value):
+                                    value = await value
+                            else:
+                                value = call.fn(*call.args)
+                                if inspect.isawaitable(value):
+                                    value = await value
+                    finally:
+                        self._spent(seen, call, ticket)
                 except Exception as exc:
                     raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
                 finally:
@@ -475,9 +521,27 @@ class Engine:
             rec["timings"] = timings
             return rec
         except StageFailure as f:
-            return self._failure(case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"))
+            return self._failure(
+                case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"), usage=_usage_of(seen)
+            )
         except ContractError as exc:
-            return self._failure(case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"))
+            return self._failure(
+                case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
+            )
+
+    def _reserve(self, call: _Call) -> Any:
+        """Reserve a paid stage call from the budget (BudgetExhausted: the call is not made)."""
+        if self.budget is None or self.budget.max_cost is None or call.stage not in PAID_STAGES:
+            return None
+        return self.budget.reserve(call.stage)
+
+    def _spent(self, seen: dict[str, Any], call: _Call, ticket: Any) -> None:
+        """File what a call reported under `usage.stages` of the case record; settle its reservation."""
+        if ticket is not None and self.budget is not None:
+            self.budget.settle(ticket, call.usage)
+        rec = seen.get("rec")
+        if call.usage and rec is not None:
+            rec.setdefault("usage", {}).setdefault("stages", {}).setdefault(call.stage, []).extend(call.usage)
 
     def _failure(
         self,
@@ -490,11 +554,17 @@ class Engine:
         *,
         contract: bool = False,
         cache: dict[str, Any] | None = None,
+        usage: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         transient = isinstance(exc, self.system.transient)
         if contract:
             reason = "contract_violation"
             message = str(exc)
+        elif isinstance(exc, BudgetExhausted):
+            reason = "budget_exhausted"
+            message = f"{exc}; {stage}() was not called"
+            transient = False
+            tb = ""  # nothing of the user's ran: a traceback would only show Oloproof's frames
         else:
             reason = "system_error"
             message = f"{stage}() raised {type(exc).__name__}: {exc}"
@@ -514,6 +584,8 @@ class Engine:
         rec["timings"] = timings
         if cache is not None:  # stages that ran before the failure did hit or miss (and were cached)
             rec["cache"] = dict(cache)
+        if usage:  # the calls made before the failure were paid for all the same
+            rec["usage"] = usage
         return rec
 
 
@@ -607,12 +679,43 @@ VERDICTS = "verdicts"
 
 
 def cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """What the execution entry keeps of a record."""
+    """What the execution entry keeps of a record (with what executing it cost, when a stage reported usage)."""
     keep = ("retrieval", "context", "dropped", "context_truncated", "output")
     out = {k: rec[k] for k in keep}
     if "query" in rec:
         out["query"] = rec["query"]
+    produced = production_usage(rec)
+    if produced:
+        out["usage"] = produced
     return out
+
+
+def production_usage(rec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per stage, what producing the record's execution cost: calls made now plus cache entries reused."""
+    usage = rec.get("usage")
+    if not isinstance(usage, Mapping):
+        return {}
+    out: dict[str, list[dict[str, Any]]] = {}
+    for source in ((usage.get("saved") or {}).get("stages") or {}, usage.get("stages") or {}):
+        for stage, entries in source.items():
+            out.setdefault(stage, []).extend(entries)
+    return out
+
+
+def _carry_usage(earlier: dict[str, list[dict[str, Any]]], rec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Add what earlier (failed, retried) attempts spent to this attempt's `usage.stages`; returns the total."""
+    stages = (rec.get("usage") or {}).get("stages") or {}
+    total = {stage: [*earlier.get(stage, []), *stages.get(stage, [])] for stage in dict.fromkeys([*earlier, *stages])}
+    if earlier:
+        rec.setdefault("usage", {})["stages"] = total
+    return total
+
+
+def _usage_of(seen: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The usage filed in a case record that then failed: only what its calls spent."""
+    rec = seen.get("rec")
+    stages = ((rec or {}).get("usage") or {}).get("stages")
+    return {"stages": stages} if stages else None
 
 
 def _check_json(value: Any, case_id: str, what: str) -> str:

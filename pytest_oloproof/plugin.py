@@ -12,6 +12,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import signal
 import types
 from collections.abc import Generator
@@ -223,6 +224,8 @@ class CaseItem(pytest.Function):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
+            if err.get("reason") == "budget_exhausted":  # nothing failed: the run's budget stopped it
+                head = f"case {exc.case_id!r}: not executed, the run's budget stopped it; every criterion is missing"
             return f"{head}\n{tb}{err.get('message', '')}".rstrip()
         return super().repr_failure(excinfo)
 
@@ -285,6 +288,8 @@ class OloproofPlugin:
         self._register_default_fixtures()
         self._extend_args()
         self._install_sigterm()
+        #: names the budget ledger this session's xdist workers share (usage.Budget.share)
+        self.budget_id = os.urandom(8).hex()
         if not self.is_worker and config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(_XdistControllerHooks(self), "oloproof-xdist")
 
@@ -385,7 +390,14 @@ class OloproofPlugin:
             registry=self._registry(),
             overrides=overrides,
         )
+        self._share_budget(self.evaluation)
         return self.evaluation
+
+    def _share_budget(self, ev: Evaluation) -> None:
+        """Under pytest-xdist the workers reserve from one ledger, so max_cost / max_judge_calls hold per run."""
+        budget_id = getattr(self.config, "workerinput", {}).get("oloproof_budget")
+        if ev.budget is not None and budget_id:
+            ev.budget.share(ev.store.root / "budget" / str(budget_id))
 
     def default_evaluator(self, criterion: str, provider: Any = None) -> Evaluator:
         ev = self.prepare()
@@ -851,6 +863,10 @@ class OloproofPlugin:
                 self.evaluation.caches.close()
             except Exception:
                 pass  # already reported by pytest_sessionfinish
+            if self.evaluation.budget is not None:
+                self.evaluation.budget.close()
+                if not self.is_worker:  # the workers' shared ledger (if they had one) is done with
+                    shutil.rmtree(self.evaluation.store.root / "budget" / self.budget_id, ignore_errors=True)
 
 
 def _ini_config_path(config: pytest.Config) -> str | None:
@@ -900,6 +916,9 @@ class _XdistControllerHooks:
 
     def __init__(self, plugin: OloproofPlugin) -> None:
         self.plugin = plugin
+
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["oloproof_budget"] = self.plugin.budget_id
 
     def pytest_xdist_node_collection_finished(self, node: Any, ids: Any) -> None:
         plugin = self.plugin

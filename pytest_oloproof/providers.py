@@ -226,7 +226,20 @@ class OpenAIProvider:
             raise ProviderError("reply has no choices[0].message.content") from None
         if not isinstance(content, str):
             raise ProviderError("reply content is not a string")
+        _report_reply_usage(self.model, data.get("usage"))
         return content
+
+
+def _report_reply_usage(model: str | None, usage: Any) -> None:
+    """Hand a reply's `usage` (when there is one) to the judge call in progress; bad counts count as unknown."""
+    from .usage import report_usage
+
+    if not isinstance(usage, Mapping):
+        return  # no usage reported: the judge call records its tokens as unknown
+    try:
+        report_usage(model=model, usage=usage)
+    except ValueError:
+        report_usage(model=model)
 
 
 class PythonProvider:
@@ -253,11 +266,19 @@ class PythonProvider:
         return {"provider": self.kind, "object": self.object, "model": self.model}
 
     def complete(self, messages: Messages) -> str:
-        """Call the function; any exception or non-string result is a ProviderError."""
+        """Call the function; any exception or non-string result is a ProviderError.
+
+        The function may return ``{"content": str, "usage": {...}}`` (OpenAI- or
+        Anthropic-style token counts) instead of a string, or call
+        ``pytest_oloproof.report_usage(...)``, to say what the call cost.
+        """
         try:
             reply = self.fn(messages)
         except Exception as exc:  # a user function may raise anything
             raise ProviderError(f"python provider {self.object} raised {type(exc).__name__}: {exc}") from exc
+        if isinstance(reply, Mapping) and isinstance(reply.get("content"), str):
+            _report_reply_usage(self.model, reply.get("usage"))
+            reply = reply["content"]
         if not isinstance(reply, str):
             raise ProviderError(f"python provider {self.object} returned {type(reply).__name__}, expected str")
         return reply

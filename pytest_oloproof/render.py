@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .stats import round_outward
+from .usage import budget_line, fmt_cost, tokens_line
 
 
 def pct(x: float) -> str:
@@ -143,8 +144,10 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
     lines = metrics_table(record.get("metrics") or {}, float(record.get("confidence", 0.95)))
     lines += cache_lines(record["cache"])
     lines += miss_lines(record.get("cache_misses"))
+    lines += usage_lines(record)
     lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
     errors = (record.get("counts") or {}).get("errors", 0)
+    errors -= len((record.get("budget") or {}).get("cases_not_executed") or [])  # told by the Budget: line
     if errors:
         lines.append(f"System errors: {errors} case(s) missing for every criterion (see the run record)")
     where = f" in {store_root}" if store_root else ""
@@ -169,7 +172,13 @@ def markdown_summary(record: Mapping[str, Any]) -> str:
         out += [f"- {line}" for line in notes] + [""]
     out += [f"`{line}`  " for line in cache_lines(record["cache"])]
     out += [f"`{line.strip()}`  " for line in miss_lines(record.get("cache_misses"))]
+    out += [f"`{line}`  " for line in usage_lines(record)]
     return "\n".join(out) + "\n"
+
+
+def usage_lines(record: Mapping[str, Any]) -> list[str]:
+    """The `Tokens:` line (spent by judges and system, saved by the caches) and the budget line, when there are."""
+    return [line for line in (tokens_line(record.get("usage")), budget_line(record.get("budget"))) if line]
 
 
 def case_line(c: Mapping[str, Any]) -> str:
@@ -185,4 +194,14 @@ def case_line(c: Mapping[str, Any]) -> str:
     extra = f" · relevant position {pos}" if pos is not None else ""
     trunc = " · context truncated" if c.get("context_truncated") else ""
     err = f" · error: {c['error']['message']}" if c.get("error") else ""
-    return f"{c['id']}: {', '.join(parts)}{extra}{trunc}{err}"
+    return f"{c['id']}: {', '.join(parts)}{extra}{trunc}{case_usage_text(c)}{err}"
+
+
+def case_usage_text(c: Mapping[str, Any]) -> str:
+    """` · 3 calls, 213 tokens, ~$0.00042` from a case record's `usage.totals` (empty when it spent nothing)."""
+    spent = (((c.get("usage") or {}).get("totals")) or {}).get("spent") or {}
+    if not spent.get("calls"):
+        return ""
+    tokens = "tokens unknown" if spent.get("tokens") is None else f"{spent['tokens']:,} tokens"
+    cost = "" if spent.get("cost") is None else f", ~{fmt_cost(spent['cost'])}"
+    return f" · {spent['calls']} call{'s' if spent['calls'] != 1 else ''}, {tokens}{cost}"

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import __version__
+from . import __version__, usage
 from .aggregate import summarize_run, summary_settings
 from .cache import CacheMode, Caches
 from .cases import Case, load_cases
@@ -43,6 +43,7 @@ class Evaluation:
     store: Store
     engine: Engine
     registry: Registry = field(default_factory=Registry)
+    budget: usage.Budget | None = None  # max_cost / max_judge_calls, shared by the engine and the judges
 
     @classmethod
     def load(
@@ -63,14 +64,16 @@ class Evaluation:
         cases = load_cases(cfg.settings.cases, cfg.base_dir) if load_case_files else []
         store = Store(cfg.store_dir)
         caches = Caches(store.cache_dir, cache_mode)
+        budget = make_budget(cfg)
         engine = Engine(
             system,
             caches,
             timeout_s=cfg.settings.timeout_s,
             retries=cfg.settings.retries,
             base_dir=cfg.base_dir,
+            budget=budget,
         )
-        return cls(cfg, system, cases, evaluators, caches, store, engine, registry)
+        return cls(cfg, system, cases, evaluators, caches, store, engine, registry, budget)
 
     @property
     def relevance_unit(self) -> str:
@@ -101,15 +104,16 @@ class Evaluation:
         gold: Sequence[Mapping[str, Any]] | None = None,
         bypass_judgment: bool = False,
     ) -> dict[str, Any]:
-        rec = evaluate_record(
-            case,
-            rec,
-            evaluators or self.evaluators,
-            self.caches,
-            relevance_unit=self.relevance_unit,
-            gold=gold,
-            bypass_judgment=bypass_judgment,
-        )
+        with usage.using_budget(self.budget):  # judge calls reserve from the run's budget
+            rec = evaluate_record(
+                case,
+                rec,
+                evaluators or self.evaluators,
+                self.caches,
+                relevance_unit=self.relevance_unit,
+                gold=gold,
+                bypass_judgment=bypass_judgment,
+            )
         return with_case_fields(case, rec)
 
     def header(
@@ -129,8 +133,34 @@ class Evaluation:
             "confidence": s.confidence,
             "seed": s.seed,
             "cache_mode": cache_mode.value,
+            **usage_settings(s),
             **(dict(extra) if extra else {}),
         }
+
+
+def make_budget(cfg: LoadedConfig) -> usage.Budget | None:
+    """The run's budget guard, when oloproof.yaml sets max_cost or max_judge_calls."""
+    s = cfg.settings
+    if s.max_cost is None and s.max_judge_calls is None:
+        return None
+    return usage.Budget(max_cost=s.max_cost, max_judge_calls=s.max_judge_calls, pricing=pricing_table(s))
+
+
+def pricing_table(s: Any) -> dict[str, dict[str, Any]] | None:
+    """`pricing:` as plain JSON (model -> input/output/cached_input USD per million tokens)."""
+    if not s.pricing:
+        return None
+    return {model: price.model_dump(exclude_none=True) for model, price in s.pricing.items()}
+
+
+def usage_settings(s: Any) -> dict[str, Any]:
+    """The header keys that say how usage is priced and limited (absent when not configured)."""
+    out: dict[str, Any] = {}
+    if s.pricing:
+        out["pricing"] = pricing_table(s)
+    if s.max_cost is not None or s.max_judge_calls is not None:
+        out["budget"] = {"max_cost": s.max_cost, "max_judge_calls": s.max_judge_calls}
+    return out
 
 
 def describe_evaluators(evaluators: Sequence[Evaluator]) -> list[dict[str, Any]]:
@@ -236,7 +266,14 @@ def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
         "error": None if not error else {"reason": error.get("reason"), "stage": error.get("stage")},
         "cache": _shared_cache(rec.get("cache") or {}),
         "digest": rec.get("digest"),
+        **_usage_tallies(rec),
     }
+
+
+def _usage_tallies(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """`usage_tally`: the case's per-model call and token counts (spent and saved), when it reported any."""
+    tallies = usage.case_tallies(rec)
+    return {"usage_tally": tallies} if tallies else {}
 
 
 _SHARED: dict[tuple[Any, ...], dict[str, Any]] = {}
@@ -282,6 +319,7 @@ class RunRecorder:
         return self._writer
 
     def add(self, rec: dict[str, Any]) -> None:
+        usage.price_case(rec, self.header.get("pricing"))  # per-case tokens and cost, for readers of the record
         self._open().add_case(rec)
         self.cases.append(slim_case(rec))
 
@@ -310,6 +348,7 @@ class RunRecorder:
                 misses = {"note": f"the reasons could not be worked out ({type(exc).__name__}: {exc})"}
             if misses is not None:
                 record["cache_misses"] = misses
+        record.update(self.usage_fields())
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
 
@@ -319,6 +358,17 @@ class RunRecorder:
             return iter(())
         self._writer.flush()
         return self.store.iter_cases(self.run_id)
+
+    def usage_fields(self) -> dict[str, Any]:
+        """`usage` (tokens, cost, saved) and `budget` (what the guard stopped) of the cases recorded so far."""
+        out: dict[str, Any] = {}
+        summary = usage.summarize(self.cases, self.header.get("pricing"))
+        if summary is not None:
+            out["usage"] = summary
+        budget = usage.budget_summary(self.cases, self.header.get("budget"))
+        if budget is not None:
+            out["budget"] = budget
+        return out
 
     def _reconcile(self) -> None:
         """After an interruption, count exactly the cases in cases.jsonl.

@@ -28,20 +28,22 @@ class Reply:
     delay: float = 0.0
 
     @classmethod
-    def chat(cls, content: str, **kw: Any) -> Reply:
-        """An OpenAI chat-completions reply whose message content is `content`."""
-        body = {
+    def chat(cls, content: str, usage: dict[str, Any] | None = None, **kw: Any) -> Reply:
+        """An OpenAI chat-completions reply whose message content is `content` (with `usage`, when given)."""
+        body: dict[str, Any] = {
             "id": "cmpl-test",
             "object": "chat.completion",
             "model": "test",
             "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}],
         }
+        if usage is not None:
+            body["usage"] = usage
         return cls(200, {}, body, **kw)
 
     @classmethod
-    def verdict(cls, verdict: str, rationale: str = "ok", **kw: Any) -> Reply:
+    def verdict(cls, verdict: str, rationale: str = "ok", usage: dict[str, Any] | None = None, **kw: Any) -> Reply:
         """A chat reply carrying a judge verdict as JSON."""
-        return cls.chat(json.dumps({"verdict": verdict, "rationale": rationale}), **kw)
+        return cls.chat(json.dumps({"verdict": verdict, "rationale": rationale}), usage=usage, **kw)
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -149,3 +151,15 @@ class ScriptedServer:
                 """Stay quiet."""
 
         return Handler
+
+
+def openai_usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:
+    """A chat-completions `usage` object as OpenAI sends it (cached tokens under prompt_tokens_details)."""
+    out: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached is not None:
+        out["prompt_tokens_details"] = {"cached_tokens": cached}
+    return out

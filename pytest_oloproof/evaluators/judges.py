@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..providers import Messages, Provider, build_provider
+from ..usage import BUDGET_EXHAUSTED, BudgetExhausted, judge_call, model_of
 from .base import ContextPassage, CriterionValue, EvalInput, Evaluator
 
 JUDGE_SYSTEM_PROMPT = (
@@ -192,12 +193,24 @@ class _LLMJudge(Evaluator):
         return clone
 
     def _ask(self, user_prompt: str) -> tuple[bool, str]:
-        """One provider call -> (passed, rationale); raises on any failure."""
+        """One provider call -> (passed, rationale); raises on any failure.
+
+        The call is reserved from the run's budget before it is sent (BudgetExhausted
+        when refused) and its reply's usage is recorded (unknown when not reported).
+        """
         messages: Messages = [
             {"role": "system", "content": JUDGE_SYSTEM_PROMPT},
             {"role": "user", "content": user_prompt},
         ]
-        return parse_verdict(self.provider.complete(messages))
+        with judge_call(self._model()):
+            reply = self.provider.complete(messages)
+        return parse_verdict(reply)
+
+    def _model(self) -> str | None:
+        try:
+            return model_of(self.provider.identity())
+        except Exception:
+            return None
 
     def _answer(self, output: Any) -> str | None:
         if isinstance(output, str):
@@ -234,6 +247,8 @@ class GroundednessJudge(_LLMJudge):
         prompt = _render(self.template, context=_format_context(x.context), answer=answer)
         try:
             passed, rationale = self._ask(prompt)
+        except BudgetExhausted as exc:
+            return CriterionValue.missing(BUDGET_EXHAUSTED, detail={"message": str(exc)})
         except Exception as exc:
             return CriterionValue.missing(f"judge_error: {_short(exc)}")
         return CriterionValue.observed(
@@ -322,6 +337,8 @@ class CitationSupportJudge(_LLMJudge):
             )
             try:
                 passed, rationale = self._ask(prompt)
+            except BudgetExhausted as exc:
+                return CriterionValue.missing(BUDGET_EXHAUSTED, detail={"message": str(exc)})
             except Exception as exc:
                 return CriterionValue.missing(f"judge_error: {doc_id}: {_short(exc)}")
             results.append({"doc_id": doc_id, "verdict": "pass" if passed else "fail", "rationale": rationale})
