@@ -419,3 +419,21 @@ def test_run_page_gives_the_cache_miss_reasons_the_terminal_gives() -> None:
     view = model.run_view({**record, "cache_misses": misses})
     assert [line.strip() for line in miss_lines(misses)] == view["cache_lines"][2:]
     assert any("index_version kb-1 → kb-2" in line for line in view["cache_lines"])
+
+
+def test_run_page_gives_the_tokens_and_budget_lines_the_terminal_gives() -> None:
+    from pytest_oloproof.render import usage_lines
+
+    source = {"calls": 2, "input_tokens": 300, "output_tokens": 40, "unknown_calls": 0, "cost": None}
+    usage = {"judges": source, "system": {"calls": 0}, "saved": {"calls": 0}, "priced": False}
+    budget = {
+        "exhausted": True,
+        "max_judge_calls": 2,
+        "cases_not_judged": ["b"],
+        "cases_not_executed": [],
+        "criteria_missing": 1,
+    }
+    record = {**RECORD, "usage": usage, "budget": budget, "cache": None}
+    lines = model.run_view(record)["cache_lines"]
+    assert lines == usage_lines(record) and len(lines) == 2
+    assert lines[0].startswith("Tokens: judges 2 calls, 300 in / 40 out")

@@ -13,7 +13,16 @@ from typing import Any
 
 from ..aggregate import slice_value
 from ..evaluators.retrieval import qrels_of
-from ..render import accounting, accounting_lines, cache_lines, fmt_estimate, fmt_interval, miss_lines
+from ..render import (
+    accounting,
+    accounting_lines,
+    cache_lines,
+    case_usage_text,
+    fmt_estimate,
+    fmt_interval,
+    miss_lines,
+    usage_lines,
+)
 from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
@@ -404,6 +413,7 @@ def case_payload(
                     "ca": _cache(case.get("cache")),
                     "cd": _criterion_details(case, texts),
                     "src": case.get("source"),
+                    "u": case_usage_text(case).removeprefix(" · ") or None,
                     "dg": dict(label) if label else None,
                 }
             )
@@ -488,7 +498,8 @@ def run_view(
             for e in evaluator_rows(record)
         ],
         "cache_lines": (cache_lines(record["cache"]) if record.get("cache") else [])
-        + [line.strip() for line in miss_lines(record.get("cache_misses"))],
+        + [line.strip() for line in miss_lines(record.get("cache_misses"))]
+        + usage_lines(record),
         "counts": {
             "cases": len(cases),
             "failed": failed,

@@ -295,6 +295,7 @@
     var meta = el("div", "cols");
     var m1 = el("div"), m2 = el("div"), m3 = el("div");
     section(m1, "Timings (s)", pre(c.tm));
+    if (c.u) { m1.appendChild(el("p", "usage", "Spent: " + c.u)); }
     section(m2, "Cache", pre(c.ca ? {
       execution: c.ca[0], retrieve: c.ca[1], generate: c.ca[2], judgment: { hit: c.ca[3], miss: c.ca[4] }
     } : null));
