@@ -24,6 +24,7 @@ import pytest
 from .cache import CacheMode, parse_mode
 from .errors import OloproofError
 from .options import parse_positive_int
+from .report.junit import junit_value
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
     from .cases import Case
@@ -624,8 +625,7 @@ class OloproofPlugin:
         # held here until the report takes it: an attribute would grow every item's __dict__ for good
         self._outcomes[item.nodeid] = (rec, self._describe(evaluators))
         for name, c in rec["criteria"].items():
-            value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
-            item.user_properties.append((self._property_name(name), value))
+            item.user_properties.append((self._property_name(name), junit_value(c)))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
         from .evaluation import failed_criteria, missing_criteria
@@ -763,7 +763,7 @@ class OloproofPlugin:
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
-        from .render import markdown_summary, run_summary
+        from .report.text import markdown_summary, run_summary
 
         self.summary_lines = run_summary(record, store_root=store_root)
         report_path = self.config.getoption("oloproof_report")

@@ -407,7 +407,7 @@ def test_index_names_an_unreadable_run_instead_of_leaving_it_out(pytester: pytes
 
 
 def test_run_page_gives_the_cache_miss_reasons_the_terminal_gives() -> None:
-    from pytest_oloproof.render import miss_lines
+    from pytest_oloproof.report.text import miss_lines
 
     misses = {
         "previous_run": "run_P",
@@ -422,7 +422,7 @@ def test_run_page_gives_the_cache_miss_reasons_the_terminal_gives() -> None:
 
 
 def test_run_page_gives_the_tokens_and_budget_lines_the_terminal_gives() -> None:
-    from pytest_oloproof.render import usage_lines
+    from pytest_oloproof.report.text import usage_lines
 
     source = {"calls": 2, "input_tokens": 300, "output_tokens": 40, "unknown_calls": 0, "cost": None}
     usage = {"judges": source, "system": {"calls": 0}, "saved": {"calls": 0}, "priced": False}

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli
+from . import core as cli
 
 
 def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -26,7 +26,7 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from .report.html import page_for, write_index, write_page
+    from ..report.html import page_for, write_index, write_page
 
     store = cli._store_from(args)
     target = Path(args.html)
@@ -54,5 +54,4 @@ def cmd_report(args: argparse.Namespace) -> int:
     return cli.EXIT_OK
 
 
-cli.EXTENSIONS.append(_add)
-cli.COMMANDS["report"] = cmd_report
+SUBCOMMAND = cli.Subcommand("report", _add, cmd_report)

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..aggregate import slice_value
 from ..evaluators.retrieval import qrels_of
-from ..render import (
+from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
+from .text import (
     accounting,
     accounting_lines,
     cache_lines,
@@ -23,7 +24,6 @@ from ..render import (
     miss_lines,
     usage_lines,
 )
-from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
 _STATUS_CODE = {"observed": "o", "missing": "m", "excluded": "x"}
