@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import fastjson
+from .errors import OloproofError
+from .redaction import redact
 
 if TYPE_CHECKING:
     import diskcache
@@ -38,6 +41,17 @@ class CacheMode(str, Enum):
     @property
     def writes(self) -> bool:
         return self in (CacheMode.READWRITE, CacheMode.WRITE, CacheMode.REFRESH)
+
+
+class CacheUnusable(OloproofError):
+    """The cache folder cannot be opened or read (e.g. a corrupt cache.db): exit 2, with the fix."""
+
+
+def clear_command(directory: Path) -> str:
+    """The exact command that resets the cache of the store holding `directory`."""
+    import shlex
+
+    return f"oloproof cache clear --store {shlex.quote(str(Path(directory).parent))}"
 
 
 def parse_mode(value: str) -> CacheMode:
@@ -176,6 +190,7 @@ class Caches:
                 text = fastjson.dumps({"schema": _SCHEMA, "kind": kind, "value": value})
             except (TypeError, ValueError):
                 return False  # not JSON: the contract check reports it; never store it
+        text = redact(text)  # a stage's output or a judge's reply may echo a secret
         with self._lock:
             if self._known is not None:
                 self._known.add(hash(full))
@@ -290,24 +305,91 @@ class Caches:
         else:
             writer.close()
 
+    def unusable(self) -> str | None:
+        """Why this cache cannot be used (None when it can): opened and read once, nothing written."""
+        if self.directory is None or self.mode is CacheMode.OFF:
+            return None
+        try:
+            cache = self._open()
+            len(cache)
+            cache.get("oloproof:probe")
+        except Exception as exc:  # sqlite3.DatabaseError, OSError, diskcache's own errors
+            self._discard()
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    def disable_if_unusable(self) -> str | None:
+        """Turn the cache off when it cannot be used, so a run goes on uncached; returns why, or None."""
+        reason = self.unusable()
+        if reason is not None:
+            self.mode = CacheMode.OFF
+        return reason
+
+    def _discard(self) -> None:
+        """Forget an open cache without committing anything (it is unusable)."""
+        with self._lock:
+            cache, self._cache = self._cache, None
+            self._pending = {}
+        if cache is not None:
+            try:
+                cache.close()
+            except Exception:
+                pass
+
     def stats(self) -> dict[str, int]:
+        """Entries per kind; CacheUnusable (with the command that fixes it) when the cache cannot be read."""
         if self.directory is None or not Path(self.directory).exists():
             return {k: 0 for k in KINDS}
+        if not Path(self.directory).is_dir():
+            raise CacheUnusable(f"{self.directory} is not a folder; {clear_command(self.directory)} replaces it")
         counts = {k: 0 for k in KINDS}
-        for key in self._open().iterkeys():
-            kind = str(key).split(":", 1)[0]
-            if kind in counts:
-                counts[kind] += 1
+        try:
+            for key in self._open().iterkeys():
+                kind = str(key).split(":", 1)[0]
+                if kind in counts:
+                    counts[kind] += 1
+        except Exception as exc:
+            self._discard()
+            raise CacheUnusable(
+                f"the cache at {self.directory} is unusable ({type(exc).__name__}: {exc}); "
+                f"reset it with: {clear_command(self.directory)}"
+            ) from None
         return counts
 
-    def clear(self) -> int:
+    def clear(self) -> int | None:
+        """Remove every entry; the number removed, or None when the cache was unreadable and was recreated.
+
+        Whatever state the folder is in (a corrupt cache.db, a file in its place),
+        it is left a working, empty cache.
+        """
         if self.directory is None or not Path(self.directory).exists():
             return 0
-        self.flush()
+        try:
+            if not Path(self.directory).is_dir():
+                raise NotADirectoryError(str(self.directory))
+            self.flush()
+            with self._lock:
+                if self._known is not None:
+                    self._known.clear()
+            return int(self._open().clear())
+        except Exception:
+            self._discard()
+            self.recreate()
+            return None
+
+    def recreate(self) -> None:
+        """Remove the cache folder (or a file in its place) and create an empty cache there."""
+        assert self.directory is not None
+        path = Path(self.directory)
         with self._lock:
+            self._pending = {}
             if self._known is not None:
                 self._known.clear()
-        return int(self._open().clear())
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+            open_diskcache(path).close()
 
     def close(self) -> None:
         """Commit held writes and close the cache."""

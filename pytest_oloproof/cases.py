@@ -86,9 +86,11 @@ def _resolve(spec: object, base: Path, errors: list[str]) -> list[Path]:
         return []
     files: list[Path] = []
     seen: set[str] = set()
-    for item in items:
+    listed = not isinstance(spec, (str, os.PathLike))
+    for i, item in enumerate(items):
+        label = f"cases[{i}]" if listed else "cases"
         if not isinstance(item, (str, os.PathLike)) or not os.fspath(item):
-            errors.append(f"cases: each entry must be a non-empty path or glob, got {_preview(item)}")
+            errors.append(f"{label}: each entry must be a non-empty path or glob, got {_preview(item)}")
             continue
         pattern = os.fspath(item)
         full = os.path.normpath(os.path.join(base, pattern))
@@ -97,7 +99,7 @@ def _resolve(spec: object, base: Path, errors: list[str]) -> list[Path]:
         else:
             matches = [full] if os.path.exists(full) else []
         if not matches:
-            errors.append(f'cases: no file matches "{pattern}" (relative to {base})')
+            errors.append(f'{label}: no file matches "{pattern}" (relative to {base})')
             continue
         for match in matches:
             key = os.path.realpath(match)

@@ -861,7 +861,9 @@ class SessionGate:
         summary_lines.extend(render(doc, doc_id))
         if step_summary:
             with open(step_summary, "a", encoding="utf-8") as f:
-                f.write(markdown(doc, doc_id))
+                from .redaction import redact
+
+                f.write(redact(markdown(doc, doc_id)))
         return int(doc["exit_code"]) if self.policy is not None else None
 
 

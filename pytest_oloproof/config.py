@@ -8,16 +8,40 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
+from . import redaction
 from .errors import ConfigError
 
 M = TypeVar("M", bound=BaseModel)
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+#: any `${...}`; what is inside is checked by `_expand_one` (a bad name is an error, never literal text)
+_REF = re.compile(r"\$\{([^}]*)\}")
+_REF_INSIDE = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(?:(:?[-=?+])(.*))?", re.DOTALL)
 CONFIG_NAME = "oloproof.yaml"
+
+
+def _no_bool(value: Any) -> Any:
+    """YAML `true` is not a number: `depth: true` must not run with depth 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"expected a number, got {str(value).lower()} (a boolean)")
+    return value
+
+
+#: numbers that refuse booleans (strings from ${VAR} still convert: "6" is 6)
+Int = Annotated[int, BeforeValidator(_no_bool)]
+Float = Annotated[float, BeforeValidator(_no_bool)]
+
+
+def _cases_spec(value: Any) -> Any:
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return value
+    if isinstance(value, list):
+        bad = next(i for i, v in enumerate(value) if not isinstance(v, str))
+        raise ValueError(f"entry {bad} must be a path or a glob (a string), got {value[bad]!r}")
+    raise ValueError(f"expected a path, a glob or a list of them, got {value!r}")
 
 
 class Strict(BaseModel):
@@ -30,9 +54,9 @@ class RagSettings(Strict):
     object: str = Field(description="module:attribute of the @rag_system class")
     name: str | None = None
     version: str | None = None
-    depth: int | None = Field(default=None, ge=1)
-    top_k: int | None = Field(default=None, ge=1)
-    token_budget: int | None = Field(default=None, ge=1)
+    depth: Int | None = Field(default=None, ge=1)
+    top_k: Int | None = Field(default=None, ge=1)
+    token_budget: Int | None = Field(default=None, ge=1)
     index_version: str | None = None
 
 
@@ -59,27 +83,27 @@ class EvaluatorSettings(BaseModel):
 class ModelPrice(Strict):
     """USD per million tokens for one model (`pricing:` in oloproof.yaml)."""
 
-    input: float = Field(ge=0, description="USD per million input (prompt) tokens")
-    output: float = Field(ge=0, description="USD per million output (completion) tokens")
-    cached_input: float | None = Field(default=None, ge=0, description="USD per million cached input tokens")
+    input: Float = Field(ge=0, description="USD per million input (prompt) tokens")
+    output: Float = Field(ge=0, description="USD per million output (completion) tokens")
+    cached_input: Float | None = Field(default=None, ge=0, description="USD per million cached input tokens")
 
 
 class Settings(Strict):
     system: SystemSettings
-    cases: str | list[str]
+    cases: Annotated[str | list[str], BeforeValidator(_cases_spec)]
     evaluators: list[EvaluatorSettings] = Field(default_factory=list)
     slices: list[str] = Field(default_factory=list)
-    min_slice_support: int = Field(default=5, ge=1)
-    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
-    concurrency: int = Field(default=1, ge=1)
-    timeout_s: float | None = Field(default=None, gt=0)
-    retries: int = Field(default=0, ge=0)
-    seed: int = 0
+    min_slice_support: Int = Field(default=5, ge=1)
+    confidence: Float = Field(default=0.95, gt=0.5, lt=1.0)
+    concurrency: Int = Field(default=1, ge=1)
+    timeout_s: Float | None = Field(default=None, gt=0)
+    retries: Int = Field(default=0, ge=0)
+    seed: Int = 0
     markers: list[str] = Field(default_factory=list)
     store: str = ".oloproof"
     pricing: dict[str, ModelPrice] | None = None
-    max_cost: float | None = Field(default=None, gt=0, description="USD; stop issuing paid calls past it")
-    max_judge_calls: int | None = Field(default=None, ge=0, description="judge requests per run")
+    max_cost: Float | None = Field(default=None, gt=0, description="USD; stop issuing paid calls past it")
+    max_judge_calls: Int | None = Field(default=None, ge=0, description="judge requests per run")
 
     @field_validator("slices")
     @classmethod
@@ -114,8 +138,11 @@ class LoadedConfig:
 
 
 def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
-    """The 1-based line of a key path in a composed YAML tree (best effort)."""
-    line = None
+    """The 1-based line of a key path in a composed YAML tree (best effort).
+
+    A key that is not there (a missing required key) gets the line of the mapping it belongs in.
+    """
+    line = node.start_mark.line + 1 if node is not None else None
     for part in loc:
         if node is None:
             break
@@ -133,6 +160,30 @@ def _line_of(node: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
         else:
             break
     return line
+
+
+def _clean_loc(node: yaml.Node | None, loc: Sequence[int | str]) -> list[int | str]:
+    """A pydantic error location as a key path of the file.
+
+    Union member tags (`str`, `list[str]`, `function-before[...]`) are not keys:
+    a part that names no key at its place in the YAML is dropped.
+    """
+    out: list[int | str] = []
+    for part in loc:
+        is_key = isinstance(node, yaml.MappingNode) and any(k.value == part for k, _ in node.value)
+        if isinstance(part, str) and not is_key and ("[" in part or part in _TAGS):
+            continue
+        out.append(part)
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            node = None
+    return out
+
+
+_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict"})
 
 
 def where_in(path: Path, node: yaml.Node | None, loc: Sequence[int | str]) -> str:
@@ -217,7 +268,7 @@ def validation_message(
     lines = []
     seen = set()
     for err in exc.errors():
-        loc = [*prefix, *[p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]]
+        loc = _clean_loc(node, [*prefix, *err["loc"]])
         kp = key_path(loc)
         if kp in seen:  # unions report the same key several times
             continue
@@ -228,12 +279,22 @@ def validation_message(
 
 
 def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
+    """Parse a YAML file strictly: UTF-8 only, and no key given twice in one mapping."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data_bytes = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from exc
     try:
+        text = data_bytes.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data_bytes[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"{path}:{line}: byte {exc.start}: not UTF-8 (0x{data_bytes[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+    try:
         node = yaml.compose(text)
+        if node is not None:
+            _check_duplicate_keys(path, node)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -243,25 +304,66 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
     return data, node
 
 
+def _check_duplicate_keys(path: Path, node: yaml.Node, loc: tuple[int | str, ...] = ()) -> None:
+    """A key written twice in one mapping is an error naming both lines (YAML would keep the last silently)."""
+    if isinstance(node, yaml.MappingNode):
+        first: dict[str, int] = {}
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.tag != "tag:yaml.org,2002:merge":
+                line = k.start_mark.line + 1
+                if k.value in first:
+                    raise ConfigError(
+                        f"{path}:{line}: {key_path([*loc, k.value])}: duplicate key (first given on line "
+                        f"{first[k.value]}); keep one of them"
+                    )
+                first[k.value] = line
+            _check_duplicate_keys(path, v, (*loc, str(k.value)))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            _check_duplicate_keys(path, item, (*loc, i))
+
+
+def _expand_one(text: str, where: str, kp: str) -> str:
+    """Expand every `${VAR}`, `${VAR:-default}` and `${VAR-default}` in one string, as the shell does.
+
+    Each value taken from the environment is registered with the redactor, so it is
+    written as `${VAR}` everywhere; a default written in the file is not a secret.
+    """
+
+    def sub(m: re.Match[str]) -> str:
+        inside = _REF_INSIDE.fullmatch(m.group(1))
+        if inside is None or inside.group(2) not in (None, ":-", "-"):
+            raise ConfigError(
+                f"{where}: {kp}: {m.group(0)!r} is not a variable reference; write ${{NAME}}, "
+                "${NAME:-default} or ${NAME-default} (NAME: letters, digits and _, not starting with a digit)"
+            )
+        name, op, default = inside.group(1), inside.group(2), inside.group(3)
+        value = os.environ.get(name)
+        if op == ":-" and not value:
+            return str(default)
+        if op == "-" and value is None:
+            return str(default)
+        if value is None:
+            raise ConfigError(
+                f"{where}: {kp}: environment variable {name} is not set "
+                f"(export it, write ${{{name}:-default}}, or write the value instead of ${{{name}}})"
+            )
+        redaction.register(value, name)
+        return value
+
+    expanded = _REF.sub(sub, text)
+    redaction.register_expanded(text, expanded)
+    return expanded
+
+
 def expand_vars(data: Any, path: Path, node: yaml.Node | None, loc: tuple[int | str, ...] = ()) -> Any:
     """Replace ${VAR} in string values; an unset variable is an error naming file, key and variable."""
     if isinstance(data, dict):
         return {k: expand_vars(v, path, node, (*loc, k)) for k, v in data.items()}
     if isinstance(data, list):
         return [expand_vars(v, path, node, (*loc, i)) for i, v in enumerate(data)]
-    if isinstance(data, str):
-
-        def sub(m: re.Match[str]) -> str:
-            value = os.environ.get(m.group(1))
-            if value is None:
-                where = where_in(path, node, loc)
-                raise ConfigError(
-                    f"{where}: {key_path(loc)}: environment variable {m.group(1)} is not set "
-                    f"(export it, or write the value instead of ${{{m.group(1)}}})"
-                )
-            return value
-
-        return _VAR.sub(sub, data)
+    if isinstance(data, str) and "${" in data:
+        return _expand_one(data, where_in(path, node, loc), key_path(loc))
     return data
 
 
@@ -289,6 +391,9 @@ def find_config(explicit: str | os.PathLike[str] | None, rootdir: Path, invocati
         path = Path(explicit)
         if not path.is_absolute():
             path = ((invocation_dir or Path.cwd()) / path).resolve()
+        if path.is_dir():
+            hint = f" (did you mean {path / CONFIG_NAME}?)" if (path / CONFIG_NAME).is_file() else ""
+            raise ConfigError(f"--oloproof-config: {path} is a folder; give the path of a YAML file{hint}")
         if not path.is_file():
             raise ConfigError(f"--oloproof-config: {path} does not exist")
         return path
@@ -328,4 +433,31 @@ def load_config(path: Path) -> LoadedConfig:
             "(Oloproof never guesses prices); add pricing: {MODEL: {input: USD, output: USD}} per million tokens, "
             "or use max_judge_calls"
         )
-    return LoadedConfig(path=path, settings=settings, raw=raw, node=node)
+    _check_api_keys(path, node, settings)
+    loaded = LoadedConfig(path=path, settings=settings, raw=raw, node=node)
+    store = loaded.store_dir
+    if store.exists() and not store.is_dir():
+        where = where_in(path, node, ["store"])
+        raise ConfigError(
+            f"{where}: store: {store} is a file, not a folder; name a folder (it is created when missing)"
+        )
+    return loaded
+
+
+def _check_api_keys(path: Path, node: yaml.Node | None, settings: Settings) -> None:
+    """Every `api_key_env` names a set variable (checked before any case runs); its value is a secret."""
+    for i, ev in enumerate(settings.evaluators):
+        name = ev.options().get("api_key_env")
+        if name is None:
+            continue
+        loc: list[int | str] = ["evaluators", i, "api_key_env"]
+        where = where_in(path, node, loc)
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ConfigError(f"{where}: {key_path(loc)}: expected the name of an environment variable, got {name!r}")
+        value = os.environ.get(name)
+        if not value:
+            raise ConfigError(
+                f"{where}: {key_path(loc)}: environment variable {name} is not set or empty "
+                f"(export {name}=<your API key>, or remove api_key_env for an endpoint without a key)"
+            )
+        redaction.register(value, name)

@@ -8,7 +8,16 @@ class OloproofError(Exception):
 
 
 class ConfigError(OloproofError):
-    """Invalid configuration (oloproof.yaml, compare.yaml, CLI options): exit 2."""
+    """Invalid configuration (oloproof.yaml, compare.yaml, CLI options): exit 2.
+
+    `key` names the setting at fault when the raiser knows it but not where it sits
+    in the file (a provider's `object`, a judge's `prompt`); whoever knows the
+    location (the evaluator registry) prefixes `file:line: key.path:`.
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class CaseFileError(OloproofError):

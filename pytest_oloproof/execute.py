@@ -43,14 +43,24 @@ class ResolvedSystem:
 
 def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
     """Import the system and merge decorator settings with oloproof.yaml (the file wins)."""
+    from .config import where_in
+
     s = cfg.settings.system
+
+    def at(*loc: str) -> str:
+        return where_in(cfg.path, cfg.node, loc)
+
     if s.rag is not None:
-        target = load_object(s.rag.object, cfg.base_dir, what="system.rag.object")
+        try:
+            target = load_object(s.rag.object, cfg.base_dir, what="system.rag.object")
+        except ConfigError as exc:
+            raise ConfigError(f"{at('system', 'rag', 'object')}: {exc}") from exc
         cls = target if inspect.isclass(target) else type(target)
-        declared = dict(getattr(cls, "__oloproof_rag__", None) or {})
+        declared = dict(getattr(target, "__oloproof_rag__", None) or {})  # an adapter instance carries its own
         if not callable(getattr(target, "retrieve", None)) or not callable(getattr(target, "generate", None)):
             raise ConfigError(
-                f"{cfg.path}: system.rag.object: {s.rag.object!r} has no retrieve() and generate(); "
+                f"{at('system', 'rag', 'object')}: system.rag.object: {s.rag.object!r} has no retrieve() and "
+                "generate(); "
                 "decorate a class with @rag_system or use system.object for a plain callable"
             )
         merged = dict(declared)
@@ -62,7 +72,7 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
             if getattr(s, key) is not None:
                 merged[key] = getattr(s, key)
         if merged.get("depth") is None:
-            raise ConfigError(f"{cfg.path}: system.rag.depth: required (set depth in @rag_system or here)")
+            raise ConfigError(f"{at('system', 'rag')}: system.rag.depth: required (set depth in @rag_system or here)")
         obj = target() if inspect.isclass(target) else target
         config = {
             "kind": "rag",
@@ -76,17 +86,22 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
         }
         if config["token_budget"] is not None and not callable(getattr(obj, "count_tokens", None)):
             raise ConfigError(
-                f"{cfg.path}: system.rag.token_budget is set but {s.rag.object} has no count_tokens(passage); "
+                f"{at('system', 'rag', 'token_budget')}: system.rag.token_budget: set, but {s.rag.object} has no "
+                "count_tokens(passage); "
                 "add one (Oloproof never estimates tokens) or remove token_budget"
             )
         if config["top_k"] > config["depth"]:
-            raise ConfigError(f"{cfg.path}: system.rag.top_k: {config['top_k']} is larger than depth {config['depth']}")
+            where = at("system", "rag", "top_k") if s.rag.top_k is not None else at("system", "rag")
+            raise ConfigError(f"{where}: system.rag.top_k: {config['top_k']} is larger than depth {config['depth']}")
         extra = tuple(getattr(obj, "transient_errors", ()) or ())
         return ResolvedSystem("rag", obj, config, (Transient, *extra))
     assert s.object is not None
-    fn = load_object(s.object, cfg.base_dir, what="system.object")
+    try:
+        fn = load_object(s.object, cfg.base_dir, what="system.object")
+    except ConfigError as exc:
+        raise ConfigError(f"{at('system', 'object')}: {exc}") from exc
     if not callable(fn):
-        raise ConfigError(f"{cfg.path}: system.object: {s.object!r} is not callable")
+        raise ConfigError(f"{at('system', 'object')}: system.object: {s.object!r} is not callable")
     config = {
         "kind": "callable",
         "object": s.object,

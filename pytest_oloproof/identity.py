@@ -7,13 +7,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .redaction import redact
+
 # one encoder for every call: json.dumps with options builds a new encoder each time
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def canonical_json(value: Any) -> str:
-    """One spelling per value: sorted keys, no whitespace, UTF-8; fails on non-JSON values."""
-    return _CANONICAL.encode(value)
+    """One spelling per value: sorted keys, no whitespace, UTF-8; fails on non-JSON values.
+
+    Secrets taken from the environment are spelled `${VAR}` (redaction.py): every identity
+    hashed from this text stays the same when a key rotates, and never encodes the key.
+    """
+    return redact(_CANONICAL.encode(value))
 
 
 def sha256_of(value: Any) -> str:
@@ -33,11 +39,14 @@ class StageKeys:
     """
 
     def __init__(self, system: Mapping[str, Any]) -> None:
-        self._retrieve = canonical_json(
+        # The system's settings as they are, not redacted: `version: ${GIT_SHA}` must change the keys
+        # when the commit changes (a stale reuse is worse than a miss). Only a digest is stored.
+        encode = _CANONICAL.encode
+        self._retrieve = encode(
             {"system": system["name"], "index_version": system.get("index_version"), "depth": system.get("depth")}
         )
-        self._generate = canonical_json({"system": system["name"], "version": system.get("version")})
-        self._execution = canonical_json(dict(system))
+        self._generate = encode({"system": system["name"], "version": system.get("version")})
+        self._execution = encode(dict(system))
 
     @staticmethod
     def _key(kind: str, system_part: str, *parts: str) -> str:

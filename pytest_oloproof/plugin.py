@@ -24,6 +24,7 @@ import pytest
 from .cache import CacheMode, parse_mode
 from .errors import OloproofError
 from .options import parse_positive_int
+from .redaction import redact
 from .report.junit import junit_value
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
@@ -155,8 +156,8 @@ class OloproofFile(pytest.File):
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if isinstance(excinfo.value, ConfigCollectError):
-            return f"Oloproof cannot start:\n{excinfo.value}"
-        return super().repr_failure(excinfo)
+            return redact(f"Oloproof cannot start:\n{excinfo.value}")
+        return _redacted_repr(super().repr_failure(excinfo))
 
 
 class CaseFailed(Exception):
@@ -220,15 +221,15 @@ class CaseItem(pytest.Function):
                     lines.append(f"  {name}: missing ({c.get('reason')})")
                 else:
                     lines.append(f"  {name}: expected {c.get('expected')!r}, actual {c.get('actual')!r}")
-            return "\n".join(lines)
+            return redact("\n".join(lines))
         if isinstance(exc, CaseSystemError):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
             if err.get("reason") == "budget_exhausted":  # nothing failed: the run's budget stopped it
                 head = f"case {exc.case_id!r}: not executed, the run's budget stopped it; every criterion is missing"
-            return f"{head}\n{tb}{err.get('message', '')}".rstrip()
-        return super().repr_failure(excinfo)
+            return redact(f"{head}\n{tb}{err.get('message', '')}".rstrip())
+        return _redacted_repr(super().repr_failure(excinfo))
 
 
 def _marker_name(value: Any) -> str:
@@ -257,6 +258,9 @@ class OloproofPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
+        from . import redaction
+
+        redaction.clear()  # this session's configuration says what is secret (pytester runs share a process)
         explicit = config.getoption("oloproof_config") or _ini_config_path(config)
         self.config_error: OloproofError | None = None
         self.config_path: Path | None = None
@@ -284,6 +288,7 @@ class OloproofPlugin:
         self.gate_exit: int | None = None
         self.gate: Any = None  # compare.SessionGate when --oloproof-baseline is given
         self.summary_lines: list[str] = []
+        self.cache_notice: str | None = None  # the cache could not be used (shown once, in the summary)
         self.diagnoser: Any = None  # a diagnose.Diagnoser when --oloproof-diagnose is given
         self.diagnosis_notes: list[str] = []
         self._register_default_fixtures()
@@ -391,8 +396,22 @@ class OloproofPlugin:
             registry=self._registry(),
             overrides=overrides,
         )
+        self._check_cache(self.evaluation)
         self._share_budget(self.evaluation)
         return self.evaluation
+
+    def _check_cache(self, ev: Evaluation) -> None:
+        """A cache that cannot be opened (a corrupt cache.db) is turned off: the run goes on uncached, said once."""
+        reason = ev.caches.disable_if_unusable()
+        if reason is None:
+            return
+        from .cache import clear_command
+
+        self.cache_mode = CacheMode.OFF  # and so the run record says the run was uncached
+        self.cache_notice = (
+            f"warning: the cache at {ev.store.cache_dir} is unusable ({reason}); this run is uncached. "
+            f"Reset the cache with: {clear_command(ev.store.cache_dir)}"
+        )
 
     def _share_budget(self, ev: Evaluation) -> None:
         """Under pytest-xdist the workers reserve from one ledger, so max_cost / max_judge_calls hold per run."""
@@ -426,7 +445,7 @@ class OloproofPlugin:
         configured = [e.criterion for e in ev.evaluators]
         fixture_names = configured + [n for n in self.added_evaluator_fixtures() if n not in configured]
         self.fixture_names = fixture_names
-        system = ev.system.config["name"]
+        system = redact(ev.system.config["name"])  # node ids are printed and written to JUnit
         markers = ev.cfg.settings.markers
         fixtureinfo = None
         parent.add_marker("oloproof")  # items inherit it from their file: one marker, not one per item
@@ -464,7 +483,7 @@ class OloproofPlugin:
             self.diagnoser = self.diagnoser or self._new_diagnoser(ev)
         except OloproofError as exc:
             raise ConfigCollectError(str(exc)) from exc
-        system = ev.system.config["name"]
+        system = redact(ev.system.config["name"])
         for case_id in self.diagnoser.failed_ids:
             case = case_from_record(self.diagnoser.by_id[case_id])
 
@@ -512,7 +531,7 @@ class OloproofPlugin:
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         if self.config_error is not None and not self.is_worker:
-            pytest.exit(f"Oloproof cannot start: {self.config_error}", returncode=EXIT_USAGE)
+            pytest.exit(redact(f"Oloproof cannot start: {self.config_error}"), returncode=EXIT_USAGE)
         if not self.is_worker:
             self._prepare_gate()
 
@@ -530,7 +549,7 @@ class OloproofPlugin:
             store = Store(load_config(self.config_path).store_dir)
             self.gate = SessionGate.prepare(store, baseline, policy, Path(self.config.invocation_params.dir))
         except OloproofError as exc:
-            pytest.exit(f"Oloproof cannot start: {exc}", returncode=EXIT_USAGE)
+            pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
@@ -625,7 +644,8 @@ class OloproofPlugin:
         # held here until the report takes it: an attribute would grow every item's __dict__ for good
         self._outcomes[item.nodeid] = (rec, self._describe(evaluators))
         for name, c in rec["criteria"].items():
-            item.user_properties.append((self._property_name(name), junit_value(c)))
+            value = junit_value(c)
+            item.user_properties.append((self._property_name(name), redact(value) if isinstance(value, str) else value))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
         from .evaluation import failed_criteria, missing_criteria
@@ -674,6 +694,7 @@ class OloproofPlugin:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        _redact_sections(report)
         if report.when == "call" and (self._outcomes or self._diagnoses):
             # the case's record rides on its report: an xdist worker sends it to the controller
             # (this hook runs before xdist's, which serialises the report)
@@ -729,9 +750,12 @@ class OloproofPlugin:
                 try:
                     caches.flush()  # held cache writes, before anything else may read them
                 except Exception as exc:  # the run is recorded; only later runs' reuse of these entries is lost
+                    from .cache import clear_command
+
                     self.summary_lines.append(
                         f"warning: the last cache writes could not be committed ({type(exc).__name__}: {exc}); "
-                        "the next run recomputes those stages"
+                        "the run is recorded, but those stages are not cached. If this repeats, reset the cache "
+                        f"with: {clear_command(self.evaluation.store.cache_dir)}"
                     )
                 if caches.writer_error:  # recovered: this process committed what the writer left
                     self.summary_lines.append(
@@ -772,7 +796,7 @@ class OloproofPlugin:
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:
-                f.write(markdown_summary(record))
+                f.write(redact(markdown_summary(record)))
         self.config.hook.pytest_oloproof_run_recorded(record=record, config=self.config)
         if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
             gate_exit = self.gate.apply(record, self.summary_lines, step)
@@ -835,11 +859,11 @@ class OloproofPlugin:
             self.recorder.add(rec)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or not self.summary_lines:
+        if self.is_worker or not (self.summary_lines or self.cache_notice):
             return
         terminalreporter.section("oloproof")
-        for line in self.summary_lines:
-            terminalreporter.write_line(line)
+        for line in ([self.cache_notice] if self.cache_notice else []) + self.summary_lines:
+            terminalreporter.write_line(redact(line))
 
     def unfreeze_gc(self) -> None:
         """Give the objects frozen after collection back to the collector (the session is over)."""
@@ -867,6 +891,21 @@ class OloproofPlugin:
                 self.evaluation.budget.close()
                 if not self.is_worker:  # the workers' shared ledger (if they had one) is done with
                     shutil.rmtree(self.evaluation.store.root / "budget" / self.budget_id, ignore_errors=True)
+
+
+def _redact_sections(report: pytest.TestReport) -> None:
+    """Captured output (stdout, stderr, log) of an item, redacted before JUnit XML or the terminal shows it."""
+    from . import redaction
+
+    if redaction.active() and report.sections:
+        report.sections = [(title, redact(text)) for title, text in report.sections]
+
+
+def _redacted_repr(rep: Any) -> Any:
+    """pytest's own failure text, as text with secrets redacted once any is registered (colours are lost)."""
+    from . import redaction
+
+    return redact(str(rep)) if redaction.active() else rep
 
 
 def _ini_config_path(config: pytest.Config) -> str | None:

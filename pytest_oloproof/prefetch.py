@@ -118,6 +118,7 @@ class Prefetcher:
         self._stopping = False
         self._threads: list[threading.Thread] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining = False  # the loop's cases are done; only its executor's shutdown is left
 
     # ------------------------------------------------------------ starting
 
@@ -185,6 +186,7 @@ class Prefetcher:
         except asyncio.CancelledError:  # stop() cancelled everything
             pass
         finally:
+            self._draining = True  # set on the loop's thread, so a later stop() cannot cancel the shutdown
             try:
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:
@@ -249,13 +251,22 @@ class Prefetcher:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(_cancel_all, loop)
+                loop.call_soon_threadsafe(self._cancel_running, loop)
             except RuntimeError:
                 pass
         deadline = time.monotonic() + grace_s
         with self._cond:
             while self._running > 0 and time.monotonic() < deadline:
                 self._cond.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
+
+    def _cancel_running(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the loop's thread: cancel the running cases, but never the default executor's shutdown.
+
+        Work a system left in the loop's default executor (langchain-core's async path runs sync
+        code there) keeps that shutdown waiting; cancelling it would kill the thread with an error.
+        """
+        if not self._draining:
+            _cancel_all(loop)
 
     @property
     def running(self) -> int:

@@ -111,13 +111,13 @@ class OpenAIProvider:
         extra: dict[str, Any] | None = None,
     ) -> None:
         if not model:
-            raise ConfigError("openai provider: `model` is required")
+            raise ConfigError("openai provider: `model` is required", key="model")
         if not base_url:
-            raise ConfigError("openai provider: `base_url` is required")
+            raise ConfigError("openai provider: `base_url` is required", key="base_url")
         if concurrency < 1:
-            raise ConfigError(f"openai provider: concurrency must be >= 1, got {concurrency}")
+            raise ConfigError(f"openai provider: concurrency must be >= 1, got {concurrency}", key="concurrency")
         if retries < 0:
-            raise ConfigError(f"openai provider: retries must be >= 0, got {retries}")
+            raise ConfigError(f"openai provider: retries must be >= 0, got {retries}", key="retries")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -253,7 +253,7 @@ class PythonProvider:
 
     def __init__(self, fn: Callable[[Messages], str], *, object: str | None = None, model: str | None = None) -> None:
         if not callable(fn):
-            raise ConfigError(f"python provider: {object or fn!r} is not callable")
+            raise ConfigError(f"python provider: {object or fn!r} is not callable", key="object")
         self.fn = fn
         self.object = object or f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
         self.model = model
@@ -288,7 +288,7 @@ def load_object(spec: str, base_dir: Path | None = None) -> Any:
     """Import `module:attr.path`, with `base_dir` (the config's folder) importable first."""
     module_name, sep, attr_path = (spec or "").partition(":")
     if not sep or not module_name or not attr_path:
-        raise ConfigError(f"object {spec!r}: expected 'module:attribute'")
+        raise ConfigError(f"object {spec!r}: expected 'module:attribute'", key="object")
     if base_dir is not None:
         folder = str(Path(base_dir).resolve())
         if folder not in sys.path:
@@ -296,19 +296,20 @@ def load_object(spec: str, base_dir: Path | None = None) -> Any:
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise ConfigError(f"object {spec!r}: cannot import module {module_name!r}: {exc}") from exc
+        raise ConfigError(f"object {spec!r}: cannot import module {module_name!r}: {exc}", key="object") from exc
     for part in attr_path.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ConfigError(f"object {spec!r}: {module_name!r} has no attribute {attr_path!r}") from None
+            message = f"object {spec!r}: {module_name!r} has no attribute {attr_path!r}"
+            raise ConfigError(message, key="object") from None
     return obj
 
 
 def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provider:
     model = settings.get("model")
     if not model:
-        raise ConfigError("provider openai: `model` is required")
+        raise ConfigError("provider openai: `model` is required", key="model")
     kwargs: dict[str, Any] = {}
     for name in ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra"):
         if settings.get(name) is not None:
@@ -324,7 +325,7 @@ def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
 def _build_python(settings: Mapping[str, Any], base_dir: Path | None) -> Provider:
     spec = settings.get("object")
     if not spec:
-        raise ConfigError("provider python: `object: module:function` is required")
+        raise ConfigError("provider python: `object: module:function` is required", key="object")
     obj = load_object(str(spec), base_dir)
     if callable(getattr(obj, "complete", None)) and callable(getattr(obj, "identity", None)):
         provider: Provider = obj  # already a Provider (e.g. an instance defined in the user's module)
@@ -345,5 +346,5 @@ def build_provider(settings: Mapping[str, Any], base_dir: Path | None = None) ->
     kind = settings.get("provider", "openai")
     factory = PROVIDERS.get(str(kind))
     if factory is None:
-        raise ConfigError(f"unknown judge provider {kind!r}; expected one of {sorted(PROVIDERS)}")
+        raise ConfigError(f"unknown judge provider {kind!r}; expected one of {sorted(PROVIDERS)}", key="provider")
     return factory(settings, base_dir)

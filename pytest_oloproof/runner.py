@@ -14,7 +14,7 @@ from .aggregate import summarize_run, summary_settings
 from .cache import CacheMode, Caches
 from .cases import Case, load_cases
 from .config import LoadedConfig, load_config
-from .errors import ConfigError
+from .errors import CaseFileError, ConfigError
 from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
@@ -61,7 +61,7 @@ class Evaluation:
         registry = registry or Registry()
         system = resolve_system(cfg)
         evaluators = build_evaluators(cfg, registry, system)
-        cases = load_cases(cfg.settings.cases, cfg.base_dir) if load_case_files else []
+        cases = load_cases_located(cfg) if load_case_files else []
         store = Store(cfg.store_dir)
         caches = Caches(store.cache_dir, cache_mode)
         budget = make_budget(cfg)
@@ -136,6 +136,27 @@ class Evaluation:
             **usage_settings(s),
             **(dict(extra) if extra else {}),
         }
+
+
+def load_cases_located(cfg: LoadedConfig) -> list[Case]:
+    """The config's cases; an error in the `cases:` setting itself names the config's file and line."""
+    import re
+
+    from .config import where_in
+
+    try:
+        return load_cases(cfg.settings.cases, cfg.base_dir)
+    except CaseFileError as exc:
+        located = []
+        for err in exc.errors:
+            m = re.match(r"cases(?:\[(\d+)\])?: ", err)
+            if m:
+                loc: list[int | str] = ["cases"] if m.group(1) is None else ["cases", int(m.group(1))]
+                err = f"{where_in(cfg.path, cfg.node, loc)}: {err}"
+            located.append(err)
+        if located == exc.errors:
+            raise
+        raise CaseFileError(located) from None
 
 
 def make_budget(cfg: LoadedConfig) -> usage.Budget | None:
@@ -236,7 +257,8 @@ def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSyst
     for i, ev in enumerate(out):
         if ev.criterion in seen:
             raise ConfigError(
-                f"{cfg.path}: evaluators[{i}]: criterion {ev.criterion!r} is also produced by "
+                f"{where_in(cfg.path, cfg.node, ['evaluators', i])}: evaluators[{i}]: criterion {ev.criterion!r} "
+                "is also produced by "
                 f"evaluators[{seen[ev.criterion]}]; name one of them with criterion:"
             )
         seen[ev.criterion] = i

@@ -15,6 +15,7 @@ from ulid import ULID
 from . import fastjson
 from .errors import StoreError
 from .identity import canonical_json, sha256_of
+from .redaction import redact
 
 RUN_SCHEMA = "oloproof.run/1"
 KIND_DIRS = {
@@ -45,8 +46,9 @@ def atomic_file(path: Path) -> Iterator[TextIO]:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write a whole file atomically, with every secret from the environment redacted."""
     with atomic_file(path) as f:
-        f.write(text)
+        f.write(redact(text))
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -57,9 +59,9 @@ def write_json_stream(path: Path, head: Mapping[str, Any], key: str, items: Iter
     """Atomically write `head` plus one list-valued `key` whose items are serialised one at a time."""
     with atomic_file(path) as f:
         opening = json.dumps({**head, key: []}, indent=2, ensure_ascii=False, allow_nan=False)
-        f.write(opening[: opening.rindex("[]")] + "[")
+        f.write(redact(opening[: opening.rindex("[]")] + "["))
         for i, item in enumerate(items):
-            f.write(("\n    " if i == 0 else ",\n    ") + json.dumps(item, ensure_ascii=False, allow_nan=False))
+            f.write(("\n    " if i == 0 else ",\n    ") + redact(json.dumps(item, ensure_ascii=False, allow_nan=False)))
         f.write("\n  ]\n}\n")
 
 
@@ -83,7 +85,7 @@ class RunWriter:
         write_json(directory / "run.json", {**self.header, "status": "incomplete"})
 
     def add_case(self, rec: Mapping[str, Any]) -> None:
-        self._cases.write(fastjson.dumps(rec) + "\n")
+        self._cases.write(redact(fastjson.dumps(rec)) + "\n")
         self._cases.flush()  # a killed process keeps every case that finished (one write per case)
 
     def flush(self) -> None:

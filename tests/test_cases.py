@@ -499,8 +499,8 @@ def test_bad_spec(tmp_path: Path) -> None:
     assert errors_of([], tmp_path) == ["cases: the list of case files is empty"]
     assert errors_of(3, tmp_path) == ["cases: expected a path, a glob or a list of them, got number"]
     assert errors_of(["", 4], tmp_path) == [
-        'cases: each entry must be a non-empty path or glob, got ""',
-        "cases: each entry must be a non-empty path or glob, got 4",
+        'cases[0]: each entry must be a non-empty path or glob, got ""',
+        "cases[1]: each entry must be a non-empty path or glob, got 4",
     ]
 
 
@@ -528,7 +528,7 @@ def test_all_errors_collected_across_files(tmp_path: Path) -> None:
     (tmp_path / "c.jsonl").write_text("\n", encoding="utf-8")
     errors = errors_of(["a.jsonl", "b.jsonl", "c.jsonl", "gone/*.jsonl"], tmp_path)
     assert errors == [
-        f'cases: no file matches "gone/*.jsonl" (relative to {tmp_path})',
+        f'cases[3]: no file matches "gone/*.jsonl" (relative to {tmp_path})',
         (
             "a.jsonl:2:24: invalid JSON: Expecting property name enclosed in double quotes "
             "(fix the line so it is one JSON object)"

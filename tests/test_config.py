@@ -53,7 +53,7 @@ BROKEN = {
         ":5: system.rag.depth: expected a valid integer, unable to parse string as an integer, got 'three'",
     ),
     "setting_value": (("depth: 3", "depth: 0"), ":5: system.rag.depth: expected greater than or equal to 1, got 0"),
-    "missing_required": (("cases: cases.jsonl\n", ""), ": cases: required key is missing"),
+    "missing_required": (("cases: cases.jsonl\n", ""), ":1: cases: required key is missing"),
     "missing_required_nested": (
         ("    object: {module}:System\n", ""),
         ":3: system.rag.object: required key is missing",
@@ -67,9 +67,9 @@ BROKEN = {
     "unset_variable": (
         ("name: s", "name: ${OLOPROOF_TEST_UNSET}"),
         ":2: system.name: environment variable OLOPROOF_TEST_UNSET is not set "
-        "(export it, or write the value instead of ${OLOPROOF_TEST_UNSET})",
+        "(export it, write ${OLOPROOF_TEST_UNSET:-default}, or write the value instead of ${OLOPROOF_TEST_UNSET})",
     ),
-    "top_k_over_depth": (("top_k: 2", "top_k: 5"), ": system.rag.top_k: 5 is larger than depth 3"),
+    "top_k_over_depth": (("top_k: 2", "top_k: 5"), ":6: system.rag.top_k: 5 is larger than depth 3"),
     "bad_object_form": (("{module}:System", "{module}.System"), None),
     "unknown_module": (("{module}:System", "no_such_module_xyz:System"), None),
     "unknown_attribute": (("{module}:System", "{module}:Nope"), None),
@@ -86,13 +86,16 @@ def expected_message(path: Path, module: str, name: str) -> str:
     msg = BROKEN[name][1]
     if msg is not None:
         return f"{path}{msg}"
-    return {
-        "bad_object_form": f"system.rag.object: '{module}.System' is not of the form module:attribute "
-        "(e.g. app:SupportRag)",
-        "unknown_module": "system.rag.object: cannot import module 'no_such_module_xyz' for "
-        "'no_such_module_xyz:System': No module named 'no_such_module_xyz'",
-        "unknown_attribute": f"system.rag.object: module '{module}' has no attribute 'Nope' (from '{module}:Nope')",
-    }[name]
+    return (
+        f"{path}:4: "
+        + {
+            "bad_object_form": f"system.rag.object: '{module}.System' is not of the form module:attribute "
+            "(e.g. app:SupportRag)",
+            "unknown_module": "system.rag.object: cannot import module 'no_such_module_xyz' for "
+            "'no_such_module_xyz:System': No module named 'no_such_module_xyz'",
+            "unknown_attribute": f"system.rag.object: module '{module}' has no attribute 'Nope' (from '{module}:Nope')",
+        }[name]
+    )
 
 
 def write_project(root: Path, name: str) -> str:
@@ -135,12 +138,16 @@ def test_variables_are_expanded_and_the_raw_text_is_recorded(
     pytester.makefile(".jsonl", cases=cases_text([case("c1")]))
     text = config_text(module, rag={"top_k": 2}).replace("name: sys", "name: ${OLOPROOF_TEST_NAME}-rag")
     pytester.makefile(".yaml", oloproof=text)
-    monkeypatch.setenv("OLOPROOF_TEST_NAME", "expanded")
-    pytester.runpytest("--oloproof", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    monkeypatch.setenv("OLOPROOF_TEST_NAME", "xq7-expanded")
+    assert load_config(pytester.path / "oloproof.yaml").settings.system.name == "xq7-expanded-rag"
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=1)
     record = last_run(pytester)
-    assert record["system"]["name"] == "expanded-rag"
-    # the snapshot keeps the reference, never the value (it may be a secret)
+    # a value from the environment may be a secret: everything written spells it as the reference
+    assert record["system"]["name"] == "${OLOPROOF_TEST_NAME}-rag"
     assert record["config"]["system"]["name"] == "${OLOPROOF_TEST_NAME}-rag"
+    assert "xq7-expanded" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["*${OLOPROOF_TEST_NAME}-rag?c1? PASSED*"])
 
 
 def test_decorator_settings_are_overridden_by_the_file(pytester: pytest.Pytester) -> None:
@@ -241,6 +248,7 @@ def test_module_that_fails_on_import_is_a_config_error_with_its_traceback(tmp_pa
         Evaluation.load(tmp_path / "oloproof.yaml")
     msg = str(info.value)
     assert msg.startswith(
+        f"{(tmp_path / 'oloproof.yaml').resolve()}:3: "
         f"system.object: importing module '{module}' for '{module}:answer' raised RuntimeError: "
         "no API key in this shell"
     )

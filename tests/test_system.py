@@ -226,7 +226,7 @@ class System:
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
     assert result.ret == 2
     result.stdout.fnmatch_lines(
-        [f"*oloproof.yaml: system.rag.token_budget is set but {module}:System has no count_tokens(passage)*"]
+        [f"*oloproof.yaml:3: system.rag.token_budget: set, but {module}:System has no count_tokens(passage)*"]
     )
     assert not (pytester.path / "CALLED").exists()
     assert_nothing_written(pytester.path)

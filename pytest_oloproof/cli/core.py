@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -17,9 +18,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OloproofError
+from ..redaction import redact
 from ..store import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 4
+#: pytest's "no tests collected" (e.g. `oloproof run -k nomatch`), passed through as is
+EXIT_NO_CASES = 5
+#: stdout was closed by its reader (`oloproof runs | head -1`): 128 + SIGPIPE, as a shell reports a
+#: tool the signal ended; output stops quietly. `oloproof run` keeps its own exit code (see cmd_run).
+EXIT_PIPE = 141
 
 
 class UsageError(OloproofError):
@@ -40,33 +47,92 @@ class Subcommand:
     inspect: Callable[[dict[str, Any], str], list[str]] | None = None
 
 
+class _UsageExit(SystemExit):
+    """argparse's usage error, carrying its message for the --json error document."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:  # argparse exits 2 itself; keep our prefix
         self.print_usage(sys.stderr)
         sys.stderr.write(f"oloproof: error: {message}\n")
-        raise SystemExit(EXIT_USAGE)
+        raise _UsageExit(message)
+
+
+class _ClosedStdout:
+    """sys.stdout for `oloproof run`: once the reader goes away (`| head -1`), output is dropped, not an error.
+
+    pytest writes the whole session to stdout; a BrokenPipeError in one of those
+    writes would abort the run half-way. Here the run goes on and is recorded,
+    and its writes go to /dev/null.
+    """
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.closed_by_reader = False
+
+    def _drop(self) -> None:
+        self.closed_by_reader = True
+        _stdout_to_devnull()
+
+    def write(self, text: str) -> int:
+        if not self.closed_by_reader:
+            try:
+                return int(self._stream.write(text))
+            except BrokenPipeError:
+                self._drop()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.closed_by_reader:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._drop()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _stdout_to_devnull() -> None:
+    """Point fd 1 at /dev/null, so the interpreter's last flush of stdout cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno() if sys.__stdout__ is not None else 1)
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _store_from(args: argparse.Namespace) -> Store:
     """The store named by --store, else the one of the config (--config or ./oloproof.yaml)."""
     if getattr(args, "store", None):
-        return Store(Path(args.store).resolve())
+        root = Path(args.store).resolve()
+        if root.exists() and not root.is_dir():
+            raise UsageError(f"--store: {root} is a file, not a store folder")
+        return Store(root)
     cfg_path = Path(getattr(args, "config", None) or "oloproof.yaml")
     if cfg_path.is_file():
         from ..config import load_config
 
         return Store(load_config(cfg_path).store_dir)
     if getattr(args, "config", None):
+        if cfg_path.is_dir():
+            raise UsageError(f"--config: {cfg_path} is a folder; give the path of an oloproof.yaml")
         raise UsageError(f"--config: {cfg_path} does not exist")
     return Store(Path(".oloproof").resolve())
 
 
 def _emit(args: argparse.Namespace, doc: Any, lines: Sequence[str]) -> None:
+    """Print the command's result (secrets from the environment redacted)."""
     if getattr(args, "json", False):
-        print(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+        print(redact(json.dumps(doc, indent=2, ensure_ascii=False, default=str)))
     else:
         for line in lines:
-            print(line)
+            print(redact(line))
 
 
 # ------------------------------------------------------------------ commands
@@ -87,7 +153,12 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
             self.blocked = plugin is not None and plugin.gate_exit == EXIT_BLOCK
 
     observer = GateObserver()
-    code = int(pytest.main(["--oloproof", *rest], plugins=[observer]))
+    stdout, sys.stdout = sys.stdout, _ClosedStdout(sys.stdout)
+    try:
+        code = int(pytest.main(["--oloproof", *rest], plugins=[observer]))
+    finally:
+        sys.stdout.flush()
+        sys.stdout = stdout
     if code == EXIT_BLOCK and not observer.blocked:
         return EXIT_INTERNAL
     return {4: EXIT_USAGE}.get(code, code)
@@ -145,9 +216,12 @@ def cmd_cache(args: argparse.Namespace) -> int:
     try:
         if args.action == "clear":
             n = caches.clear()
-            _emit(
-                args, {"cleared": n, "directory": str(store.cache_dir)}, [f"cleared {n} entries from {store.cache_dir}"]
+            line = (
+                f"cleared {n} entries from {store.cache_dir}"
+                if n is not None
+                else f"the cache at {store.cache_dir} was unreadable: removed it and created an empty one"
             )
+            _emit(args, {"cleared": n, "recreated": n is None, "directory": str(store.cache_dir)}, [line])
         else:
             counts = caches.stats()
             lines = [f"{store.cache_dir}"] + [f"  {k}: {v} entries" for k, v in counts.items()]
@@ -195,20 +269,46 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 def main(argv: Sequence[str] | None = None, subcommands: Sequence[Subcommand] = ()) -> int:
     """The command with the built-in commands and `subcommands` (`pytest_oloproof.cli.main` passes them all)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "run":
+        return cmd_run(argparse.Namespace(), argv[1:])
+    as_json = "--json" in argv
     try:
-        if argv and argv[0] == "run":
-            return cmd_run(argparse.Namespace(), argv[1:])
+        try:
+            return _dispatch(argv, as_json, subcommands)
+        finally:
+            sys.stdout.flush()  # a reader that went away shows here at the latest, not at interpreter exit
+    except BrokenPipeError:
+        _stdout_to_devnull()
+        return EXIT_PIPE
+
+
+def _dispatch(argv: list[str], as_json: bool, subcommands: Sequence[Subcommand]) -> int:
+    """Run one command; every error is text on stderr, and with --json also a JSON object on stdout."""
+
+    def fail(code: int, message: str, text: str | None = None) -> int:
+        message = redact(message)
+        if text is not None:
+            sys.stderr.write(redact(text))
+        if as_json:
+            print(json.dumps({"error": {"code": code, "message": message}}, indent=2, ensure_ascii=False))
+        return code
+
+    try:
         parser = build_parser(subcommands)
         args = parser.parse_args(argv)
         return {**COMMANDS, **{s.name: s.run for s in subcommands}}[args.command](args)
+    except _UsageExit as exc:  # already printed by the parser
+        return fail(EXIT_USAGE, exc.message)
     except SystemExit as exc:
-        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+        code = int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+        return fail(code, "usage error") if code else code
     except OloproofError as exc:
-        sys.stderr.write(f"oloproof: error: {exc}\n")
-        return getattr(exc, "exit_code", EXIT_USAGE)
+        code = getattr(exc, "exit_code", EXIT_USAGE)
+        return fail(code, str(exc), f"oloproof: error: {exc}\n")
     except KeyboardInterrupt:
-        sys.stderr.write("oloproof: interrupted\n")
-        return EXIT_USAGE
-    except Exception:
-        sys.stderr.write("oloproof: internal error\n" + traceback.format_exc())
-        return EXIT_INTERNAL
+        return fail(EXIT_USAGE, "interrupted", "oloproof: interrupted\n")
+    except BrokenPipeError:
+        raise
+    except Exception as exc:
+        text = "oloproof: internal error\n" + traceback.format_exc()
+        return fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}", text)

@@ -47,11 +47,21 @@ def load_evaluation(config: str | None, store: str | None) -> Any:
     if store:
         ev.store = Store(Path(store).resolve())
         ev.caches = Caches(ev.store.cache_dir, ev.caches.mode)
+    reason = ev.caches.disable_if_unusable()
+    if reason is not None:
+        from ..cache import clear_command
+
+        _warn(
+            f"the cache at {ev.store.cache_dir} is unusable ({reason}); this diagnosis is uncached. "
+            f"Reset the cache with: {clear_command(ev.store.cache_dir)}"
+        )
     return ev
 
 
 def _warn(message: str) -> None:
-    sys.stderr.write(f"oloproof: warning: {message}\n")
+    from ..redaction import redact
+
+    sys.stderr.write(redact(f"oloproof: warning: {message}\n"))
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:

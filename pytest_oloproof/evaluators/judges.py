@@ -160,12 +160,13 @@ class _LLMJudge(Evaluator):
             if not path.is_absolute() and base_dir is not None:
                 path = Path(base_dir) / path
             if not path.is_file():
-                raise ConfigError(f"{self.type}: prompt file {str(path)!r} not found")
+                raise ConfigError(f"{self.type}: prompt file {str(path)!r} not found", key="prompt")
             text = path.read_text(encoding="utf-8")
         absent = [p for p in self.placeholders if "{" + p + "}" not in text]
         if absent:
             raise ConfigError(
-                f"{self.type}: custom prompt lacks placeholder(s) " + ", ".join("{" + p + "}" for p in absent)
+                f"{self.type}: custom prompt lacks placeholder(s) " + ", ".join("{" + p + "}" for p in absent),
+                key="prompt",
             )
         return text, "custom"
 

@@ -81,6 +81,9 @@ class Registry:
             # the same default name the plugin gave the criterion's fixture at configure time
             criterion = entry.criterion or cls.default_criterion(options)
             return cls(criterion=criterion, asserts=entry.assert_, **options)
+        except ConfigError as exc:  # a constructor's own check (a judge's provider, object or prompt)
+            key = f".{exc.key}" if exc.key else ""
+            raise ConfigError(f"{where}: evaluators[{index}]{key}: {exc}") from None
         except TypeError as exc:
             missing = [p for p, d in params.items() if d is inspect.Parameter.empty and p not in options]
             if missing:
@@ -110,6 +113,11 @@ def _validate_options(cls: type[Evaluator], options: dict[str, Any], where: str,
     for name, default in _options_of(cls).items():
         if name in options and name in hints:
             fields[name] = (hints[name], ... if default is inspect.Parameter.empty else default)
+    for name in fields:
+        if isinstance(options[name], bool) and _wants_number(hints[name]):
+            raise ConfigError(
+                f"{where}: evaluators[{index}].{name}: expected a number, got {str(options[name]).lower()} (a boolean)"
+            )
     try:
         model = create_model(f"{cls.__name__}Options", __config__=ConfigDict(arbitrary_types_allowed=True), **fields)
         checked = model.model_validate({k: options[k] for k in fields})
@@ -125,3 +133,9 @@ def _validate_options(cls: type[Evaluator], options: dict[str, Any], where: str,
     out = dict(options)
     out.update({k: getattr(checked, k) for k in fields})
     return out
+
+
+def _wants_number(hint: Any) -> bool:
+    """An int or float annotation (possibly optional) that does not also accept a bool."""
+    args = typing.get_args(hint) or (hint,)
+    return bool not in args and any(a in (int, float) for a in args)

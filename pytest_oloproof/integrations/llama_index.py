@@ -1,0 +1,179 @@
+"""Evaluate a LlamaIndex retriever and response synthesizer with Oloproof (extra ``llamaindex``).
+
+    from pytest_oloproof.integrations.llama_index import llama_index_system
+    rag = llama_index_system(index, llm=llm, depth=8, top_k=4)
+
+and ``system.rag.object: app:rag`` in oloproof.yaml. The retriever is asked for the
+configured depth (``similarity_top_k``); its nodes become Passages in the order it
+returned them (doc_id from the node's source document, chunk_id from the node id,
+scores kept); the synthesizer receives exactly the context Oloproof assembled, as
+NodeWithScore. llama-index-core ships the tiktoken and NLTK files it uses, so it
+runs offline as installed.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import ContractError
+from ..system import Passage, Retrieval
+from ._common import chunk_or_none, query_of, rag_settings, require, token_counter
+
+require("llama_index.core", "llama_index", "llamaindex", "llama-index-core")
+
+from llama_index.core import get_response_synthesizer  # noqa: E402
+from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
+from llama_index.core.base.response.schema import Response  # noqa: E402
+from llama_index.core.llms import LLM  # noqa: E402
+from llama_index.core.response_synthesizers import BaseSynthesizer  # noqa: E402
+from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode  # noqa: E402
+
+__all__ = ["AsyncLlamaIndexSystem", "LlamaIndexSystem", "llama_index_system"]
+
+
+class LlamaIndexSystem:
+    """A LlamaIndex retriever (or index) and synthesizer (or LLM) as Oloproof's two stages."""
+
+    def __init__(
+        self,
+        retriever: Any,
+        synthesizer: BaseSynthesizer | None = None,
+        *,
+        llm: LLM | None = None,
+        name: str | None = "llama-index-rag",
+        version: str | None = None,
+        depth: int | None = None,
+        top_k: int | None = None,
+        token_budget: int | None = None,
+        index_version: str | None = None,
+        query_key: str = "question",
+        doc_id_key: str | None = None,
+        chunk_id_key: str | None = None,
+        count_tokens: Callable[[str], int] | None = None,
+        tokenizer: Callable[[str], Sequence[Any]] | None = None,
+        output: Callable[[Any], Mapping[str, Any]] | None = None,
+    ) -> None:
+        if (synthesizer is None) == (llm is None):
+            raise TypeError("pass a response synthesizer or an llm= (one of them)")
+        if not isinstance(retriever, BaseRetriever) and not callable(getattr(retriever, "as_retriever", None)):
+            raise TypeError(f"retriever must be a LlamaIndex BaseRetriever or an index, got {type(retriever).__name__}")
+        self.source = retriever
+        self.synthesizer = synthesizer if synthesizer is not None else get_response_synthesizer(llm=llm)
+        self.query_key = query_key
+        self.doc_id_key = doc_id_key
+        self.chunk_id_key = chunk_id_key
+        self.output = output
+        self._by_depth: dict[int, BaseRetriever] = {}
+        self._lock = threading.Lock()
+        self.__oloproof_rag__ = rag_settings(
+            name=name, version=version, depth=depth, top_k=top_k, token_budget=token_budget, index_version=index_version
+        )
+        tok = tokenizer
+        counter = token_counter(count_tokens, None if tok is None else (lambda text: len(tok(text))))
+        if counter is not None:  # only then: without a counter a token_budget is a configuration error
+            self.count_tokens = counter
+
+    # -- retrieve
+
+    def retriever_for(self, depth: int) -> BaseRetriever:
+        """The retriever asked for ``depth`` results: ``index.as_retriever(similarity_top_k=depth)``, or the
+        given retriever with its ``similarity_top_k`` set (a retriever without one is called as it is)."""
+        with self._lock:
+            if isinstance(self.source, BaseRetriever):
+                if hasattr(self.source, "similarity_top_k") and self.source.similarity_top_k != depth:
+                    self.source.similarity_top_k = depth
+                return self.source
+            if depth not in self._by_depth:
+                self._by_depth[depth] = self.source.as_retriever(similarity_top_k=depth)
+            return self._by_depth[depth]
+
+    def retrieve(self, input: Any, depth: int) -> Retrieval:
+        """Retrieve ``depth`` nodes; they become Passages in the retriever's order, scores kept."""
+        query = query_of(input, self.query_key)
+        return self._retrieval(query, depth, self.retriever_for(depth).retrieve(query))
+
+    def _retrieval(self, query: str, depth: int, nodes: Sequence[NodeWithScore]) -> Retrieval:
+        return Retrieval(
+            query=query, depth=depth, candidates=tuple(self._passage(n, i) for i, n in enumerate(nodes, 1))
+        )
+
+    def _passage(self, scored: Any, position: int) -> Passage:
+        if not isinstance(scored, NodeWithScore):
+            raise ContractError(f"the retriever returned a {type(scored).__name__} at position {position}")
+        node = scored.node
+        meta = dict(node.metadata or {})
+        if self.doc_id_key:
+            doc_id = chunk_or_none(meta.get(self.doc_id_key))
+            if doc_id is None:
+                raise ContractError(f"the node at position {position} has no metadata[{self.doc_id_key!r}]")
+        else:
+            doc_id = node.ref_doc_id or node.node_id
+        if self.chunk_id_key:
+            chunk_id = chunk_or_none(meta.get(self.chunk_id_key))
+        else:
+            chunk_id = node.node_id if node.node_id != doc_id else None
+        return Passage(
+            doc_id=doc_id,
+            chunk_id=chunk_id,
+            score=scored.score,
+            text=node.get_content(metadata_mode=MetadataMode.NONE),
+            metadata=meta or None,
+        )
+
+    # -- generate
+
+    def node(self, passage: Passage) -> NodeWithScore:
+        """The NodeWithScore a context passage stands for: same id, text, metadata, source and score."""
+        meta = dict(passage.metadata or {})
+        if self.doc_id_key:
+            meta.setdefault(self.doc_id_key, passage.doc_id)
+        if self.chunk_id_key and passage.chunk_id is not None:
+            meta.setdefault(self.chunk_id_key, passage.chunk_id)
+        node_id = passage.doc_id if self.chunk_id_key or passage.chunk_id is None else passage.chunk_id
+        node = TextNode(id_=node_id, text=passage.text or "", metadata=meta)
+        if not self.doc_id_key and node_id != passage.doc_id:
+            node.relationships[NodeRelationship.SOURCE] = RelatedNodeInfo(node_id=passage.doc_id)
+        return NodeWithScore(node=node, score=passage.score)
+
+    def generate(self, input: Any, context: Sequence[Passage]) -> Mapping[str, Any]:
+        """Synthesize a response from exactly the assembled context."""
+        query = query_of(input, self.query_key)
+        return self._output(self.synthesizer.synthesize(query, nodes=[self.node(p) for p in context]))
+
+    def _output(self, response: Any) -> Mapping[str, Any]:
+        if self.output is not None:
+            return self.output(response)
+        if isinstance(response, Response):
+            return {"answer": "" if response.response is None else str(response.response)}
+        raise ContractError(
+            f"the synthesizer returned a {type(response).__name__}; pass output= to turn it into a mapping "
+            "such as {'answer': ...} (streaming responses are not evaluated)"
+        )
+
+
+class AsyncLlamaIndexSystem(LlamaIndexSystem):
+    """The same stages on the event loop: ``aretrieve`` and ``asynthesize``."""
+
+    async def retrieve(self, input: Any, depth: int) -> Retrieval:  # type: ignore[override]
+        query = query_of(input, self.query_key)
+        return self._retrieval(query, depth, await self.retriever_for(depth).aretrieve(query))
+
+    async def generate(self, input: Any, context: Sequence[Passage]) -> Mapping[str, Any]:  # type: ignore[override]
+        query = query_of(input, self.query_key)
+        return self._output(await self.synthesizer.asynthesize(query, nodes=[self.node(p) for p in context]))
+
+
+def llama_index_system(
+    retriever: Any, synthesizer: BaseSynthesizer | None = None, *, asynchronous: bool = False, **options: Any
+) -> LlamaIndexSystem:
+    """A staged system from a LlamaIndex index or retriever and a synthesizer (or ``llm=``).
+
+    ``asynchronous=True`` uses ``aretrieve`` and ``asynthesize``. Options: name, version, depth,
+    top_k, token_budget, index_version (as in @rag_system); query_key (default "question"),
+    doc_id_key, chunk_id_key (metadata keys), count_tokens(text) or tokenizer (text -> tokens,
+    e.g. ``Settings.tokenizer``), output(response) -> mapping.
+    """
+    cls = AsyncLlamaIndexSystem if asynchronous else LlamaIndexSystem
+    return cls(retriever, synthesizer, **options)

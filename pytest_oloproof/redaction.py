@@ -1,0 +1,125 @@
+"""Secrets never leave the process: every value a config took from the environment is written as `${VAR}`.
+
+One redactor per process. Loading a configuration registers each value that
+came from an environment variable (`${VAR}` anywhere in oloproof.yaml or
+compare.yaml, and the variable an `api_key_env` names); every boundary where
+text leaves the process (store files, cache keys and values, reports, JUnit
+properties and failure text, the step summary, the terminal, CLI output and
+error messages) passes its text through `redact()`. A value is also caught in
+the forms it takes on the wire or in JSON: JSON-escaped, base64 (HTTP Basic
+credentials, alone or as `user:password`), and behind `Bearer `.
+
+Values shorter than `MIN_SECRET_LENGTH` characters, and numbers or booleans
+(`depth: ${DEPTH}`), are not redacted: replacing "6" or "true" everywhere
+would garble unrelated text, and such values are settings, not secrets.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+
+MIN_SECRET_LENGTH = 6
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+_USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
+
+_lock = threading.Lock()
+_names: dict[str, str] = {}  # secret text -> its placeholder (`${VAR}`, or `${A}:${B}`)
+_pattern: re.Pattern[str] | None = None
+
+
+def _is_secret(value: str) -> bool:
+    v = value.strip()
+    if len(v) < MIN_SECRET_LENGTH:
+        return False
+    return not (_NUMBER.fullmatch(v) or v.lower() in ("true", "false", "null", "none", "yes", "no"))
+
+
+def _forms(value: str) -> Iterable[str]:
+    """A value as it may appear in text: itself, JSON-escaped (both ASCII and not), base64."""
+    yield value
+    yield json.dumps(value)[1:-1]
+    yield json.dumps(value, ensure_ascii=False)[1:-1]
+    yield base64.b64encode(value.encode("utf-8")).decode("ascii")
+
+
+def register(value: str, name: str) -> None:
+    """Note that `value` came from environment variable `name` (redacted to `${name}` from now on)."""
+    if not _is_secret(value):
+        return
+    placeholder = "${" + name + "}"
+    global _pattern
+    with _lock:
+        for form in _forms(value):
+            if form and len(form) >= MIN_SECRET_LENGTH:
+                _names.setdefault(form, placeholder)
+        _pattern = None
+
+
+def register_expanded(original: str, expanded: str) -> None:
+    """Register the derived forms of a config string whose `${VAR}`s were expanded.
+
+    A URL's `user:password@` part is what HTTP Basic credentials are made of; its
+    base64 form (`Authorization: Basic ...`, echoed by a server) is redacted too.
+    """
+    if original == expanded:
+        return
+    m = _USERINFO.match(expanded)
+    o = _USERINFO.match(original)
+    if m and o and m.group(1) != o.group(1):
+        global _pattern
+        with _lock:
+            _names.setdefault(base64.b64encode(m.group(1).encode("utf-8")).decode("ascii"), o.group(1))
+            _pattern = None
+
+
+def _compiled() -> re.Pattern[str] | None:
+    global _pattern
+    with _lock:
+        if _pattern is None and _names:
+            # longest first, so a value inside a longer registered form is not replaced piecemeal
+            alternatives = sorted(_names, key=len, reverse=True)
+            _pattern = re.compile("|".join(map(re.escape, alternatives)))
+        return _pattern
+
+
+def active() -> bool:
+    """Whether any secret is registered (every boundary is a no-op until one is)."""
+    return bool(_names)
+
+
+def redact(text: str) -> str:
+    """`text` with every registered secret replaced by its `${VAR}` placeholder."""
+    if not _names or not text:
+        return text
+    if not any(form in text for form in tuple(_names)):  # the usual case: substring scans in C, no regex
+        return text
+    pattern = _compiled()
+    if pattern is None:
+        return text
+    return pattern.sub(lambda m: _names[m.group(0)], text)
+
+
+def redact_obj(value: Any) -> Any:
+    """A JSON-like value with every string (keys included) redacted; other values unchanged."""
+    if not _names:
+        return value
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k) if isinstance(k, str) else k: redact_obj(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_obj(v) for v in value]
+    return value
+
+
+def clear() -> None:
+    """Forget every registered secret (tests)."""
+    global _pattern
+    with _lock:
+        _names.clear()
+        _pattern = None
