@@ -165,7 +165,7 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .store import RecordError
+    from ..store import RecordError
 
     store = _store_from(args)
     rows: list[dict[str, Any]] = []
