@@ -729,8 +729,8 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
 
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
     """A GitHub step-summary section: warnings, the cases not paired, criterion table and accounting, notes,
-    cost, decisions and gate (rendering-safe Markdown: see `stepsummary`)."""
-    from .stepsummary import comparison_markdown
+    cost, decisions and gate (rendering-safe Markdown: see `report.markdown`)."""
+    from .report.markdown import comparison_markdown
 
     return comparison_markdown(doc, doc_id, fmt_margin, _markdown_case_sets(doc), cost_lines(doc.get("cost")))
 
@@ -795,6 +795,7 @@ class SessionGate:
         self.baseline = baseline
         self.baseline_source = baseline_source
         self.policy = policy
+        self.comparison: tuple[str, dict[str, Any]] | None = None  # (id, document) once applied
 
     @classmethod
     def prepare(
@@ -831,6 +832,7 @@ class SessionGate:
                 record, self.baseline, self.policy, store=self.store, sources=(None, self.baseline_source)
             )
             doc_id = self.store.save_doc("comparison", doc)
+            self.comparison = (doc_id, doc)
         except OloproofError as exc:
             summary_lines.append(f"Comparison not possible: {exc}")
             return EXIT_USAGE if self.policy is not None else None

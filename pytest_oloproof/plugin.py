@@ -25,6 +25,7 @@ from .cache import CacheMode, parse_mode
 from .errors import OloproofError
 from .options import parse_positive_int
 from .redaction import redact
+from .report.junit import junit_value
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
     from .cases import Case
@@ -83,6 +84,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="cases executing at once (overrides `concurrency`)",
     )
     group.addoption("--oloproof-report", dest="oloproof_report", metavar="PATH", help="write the JSON run report")
+    group.addoption(
+        "--oloproof-html",
+        dest="oloproof_html",
+        metavar="PATH",
+        help="write the run's self-contained HTML report (with the comparison when a baseline is given)",
+    )
     group.addoption("--oloproof-diagnose", dest="oloproof_diagnose", metavar="RUN_ID", help="diagnose a run")
     group.addoption(
         "--oloproof-intervention",
@@ -519,6 +526,12 @@ class OloproofPlugin:
             from .store import write_json
 
             write_json(Path(report_path), result.to_json())
+        html_path = self.config.getoption("oloproof_html")
+        if html_path and result.doc_id is not None:
+            from .report.html import render_page, write_page
+            from .report.model import diagnosis_view
+
+            write_page(Path(html_path), render_page(diagnosis_view(result.doc, result.doc_id)))
 
     # -- running
 
@@ -645,7 +658,7 @@ class OloproofPlugin:
         # held here until the report takes it: an attribute would grow every item's __dict__ for good
         self._outcomes[item.nodeid] = (rec, self._describe(evaluators))
         for name, c in rec["criteria"].items():
-            value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
+            value = junit_value(c)
             item.user_properties.append((self._property_name(name), redact(value) if isinstance(value, str) else value))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
@@ -795,7 +808,7 @@ class OloproofPlugin:
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
-        from .render import markdown_summary, run_summary
+        from .report.text import markdown_summary, run_summary
 
         self.summary_lines = run_summary(record, store_root=store_root)
         report_path = self.config.getoption("oloproof_report")
@@ -809,8 +822,29 @@ class OloproofPlugin:
         if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
             gate_exit = self.gate.apply(record, self.summary_lines, step)
             self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
+        html_path = self.config.getoption("oloproof_html")
+        if html_path:
+            self._write_html(Path(html_path), record)
         if self.gate_exit is not None:
             session.exitstatus = self.gate_exit
+
+    def _write_html(self, path: Path, record: dict[str, Any]) -> None:
+        """The run's HTML page, with the session's comparison when there was one."""
+        from .report.html import run_page, write_page
+
+        assert self.recorder is not None
+        # the record holds slim case summaries; the page shows every full case, read back from the store
+        record = {**record, "cases": list(self.recorder.store.iter_cases(self.recorder.run_id))}
+        gate = self.gate
+        comparison = None
+        if gate is not None and gate.comparison is not None:
+            comparison = (*gate.comparison, gate.baseline)
+        try:
+            write_page(path, run_page(record, self.recorder.store, comparison))
+        except OSError as exc:  # the run is recorded; only its page is lost
+            self.summary_lines.append(f"warning: could not write the HTML report {path}: {exc}")
+            return
+        self.summary_lines.append(f"HTML report: {path}")
 
     def _stop_prefetcher(self, session: pytest.Session, exitstatus: int) -> None:
         """Start no new case; on interruption, give running ones a short grace period to finish.

@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .stats import round_outward
-from .usage import budget_line, fmt_cost, tokens_line
+from ..stats import round_outward
+from ..usage import budget_line, fmt_cost, tokens_line
 
 
 def pct(x: float) -> str:
@@ -92,7 +92,7 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
 
 def miss_lines(misses: Mapping[str, Any] | None) -> list[str]:
     """Why the caches missed, per stage (see missreasons.py)."""
-    from .missreasons import lines
+    from ..missreasons import lines
 
     return lines(misses)
 
@@ -163,8 +163,8 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
 
 
 def markdown_summary(record: Mapping[str, Any]) -> str:
-    """A GitHub step-summary section for one run (rendering-safe Markdown: see `stepsummary`)."""
-    from .stepsummary import run_markdown
+    """A GitHub step-summary section for one run (rendering-safe Markdown: see `report.markdown`)."""
+    from .markdown import run_markdown
 
     metrics = record.get("metrics") or {}
     cache = cache_lines(record["cache"]) + [line.strip() for line in miss_lines(record.get("cache_misses"))]

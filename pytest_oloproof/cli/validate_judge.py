@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import cli
-from .errors import ConfigError
-from .evaluation import judge_one
-from .evaluators.base import CriterionValue, EvalInput
+from ..errors import ConfigError
+from ..evaluation import judge_one
+from ..evaluators.base import CriterionValue, EvalInput
+from . import core as cli
 
 
 class JudgeNotPassed(ConfigError):
@@ -32,8 +32,8 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 
 def cmd_validate_judge(args: argparse.Namespace) -> int:
-    from .judge_validation import validate_judge  # scipy: imported only when validating
-    from .runner import Evaluation
+    from ..judge_validation import validate_judge  # scipy: imported only when validating
+    from ..runner import Evaluation
 
     config = Path(args.config or "oloproof.yaml")
     if not config.is_file():
@@ -112,6 +112,4 @@ def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
     return validation_lines(doc, doc_id)
 
 
-cli.EXTENSIONS.append(_add)
-cli.COMMANDS["validate-judge"] = cmd_validate_judge
-cli.INSPECTORS["judge_validation"] = _inspect
+SUBCOMMAND = cli.Subcommand("validate-judge", _add, cmd_validate_judge, inspects="judge_validation", inspect=_inspect)
