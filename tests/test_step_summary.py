@@ -12,8 +12,8 @@ import pytest
 from markdown_it import MarkdownIt
 
 from pytest_oloproof.compare import markdown
-from pytest_oloproof.report.text import markdown_summary
 from pytest_oloproof.report.markdown import FAILED_CASES_SHOWN, code, text
+from pytest_oloproof.report.text import markdown_summary
 
 # ------------------------------------------------------------------ rendering and reading the HTML
 
