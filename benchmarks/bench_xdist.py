@@ -7,7 +7,7 @@ every process, peak of the summed resident sizes), cold, distinct answers:
 
 - cpu: the deterministic 10,000-case system (no waiting): Oloproof's own per-case work only;
 - latency: 200 cases whose stages sleep 0.01 s + 0.1 s, at `concurrency` 1 and 32;
-- heavy: 300 cases whose `generate` burns 20 ms of CPU holding the GIL (a CPU-heavy stage or
+- heavy: 300 cases whose `generate` burns `--burn-s` (0.1 s) of CPU holding the GIL (a CPU-heavy stage or
   evaluator), at `concurrency` 1 and 8.
 
 On xdist workers cases run one at a time, and neither the controller nor a worker starts
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--only", default="cpu,latency,heavy")
+    ap.add_argument("--burn-s", type=float, default=0.1, help="CPU seconds per case of the heavy system")
     args = ap.parse_args()
     only = {x.strip() for x in args.only.split(",")}
     w = str(args.workers)
@@ -66,7 +67,7 @@ def main() -> None:
                 )
             )
         if "heavy" in only:
-            heavy = {"n": 300, "burn_s": 0.02}
+            heavy = {"n": 300, "burn_s": args.burn_s}
             plans.append(
                 (
                     "heavy: 300 cases, 20 ms of CPU each",
