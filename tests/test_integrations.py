@@ -416,7 +416,9 @@ def test_a_document_without_an_id_is_a_clear_case_error(pytester: pytest.Pyteste
 
 # ---------------------------------------------------------------- token usage through report_usage
 
-METERED_LANGCHAIN = LANGCHAIN_APP + """
+METERED_LANGCHAIN = (
+    LANGCHAIN_APP
+    + """
 from langchain_core.language_models.fake_chat_models import FakeListChatModel, FakeMessagesListChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.output_parsers import StrOutputParser
@@ -425,7 +427,9 @@ from langchain_core.prompts import ChatPromptTemplate
 prompt = ChatPromptTemplate.from_messages([('human', 'Context: {{context}}\\nQuestion: {{question}}')])
 reply = AIMessage(
     content="w3 it is",
-    usage_metadata={{"input_tokens": 30, "output_tokens": 4, "total_tokens": 34, "input_token_details": {{"cache_read": 10}}}},
+    usage_metadata={{
+        "input_tokens": 30, "output_tokens": 4, "total_tokens": 34, "input_token_details": {{"cache_read": 10}}
+    }},
     response_metadata={{"model_name": "fake-gen"}},
 )
 metered = prompt | FakeMessagesListChatModel(responses=[reply]) | StrOutputParser()
@@ -435,8 +439,11 @@ silent = langchain_system(
     store.as_retriever(), prompt | FakeListChatModel(responses=["w3"]) | StrOutputParser(), name="lc-silent", depth=4
 )
 """
+)
 
-METERED_LLAMA = LLAMA_APP + """
+METERED_LLAMA = (
+    LLAMA_APP
+    + """
 from llama_index.core.llms import CompletionResponse
 from llama_index.core.llms.callbacks import llm_completion_callback
 
@@ -455,6 +462,7 @@ mrag = llama_index_system(index, llm=MeteredLLM(), name="li-metered", depth=5, t
 amrag = llama_index_system(index, llm=MeteredLLM(), asynchronous=True, name="li-metered", depth=5, top_k=3)
 silent = llama_index_system(index, llm=MockLLM(), name="li-silent", depth=5, top_k=3)
 """
+)
 
 PRICED = "pricing:\n  fake-gen: {input: 1.0, output: 2.0, cached_input: 0.5}\n  mock-gen: {input: 1.0, output: 2.0}\n"
 

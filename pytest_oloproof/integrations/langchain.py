@@ -37,7 +37,7 @@ from langchain_core.documents import Document  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, LLMResult  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
-from langchain_core.runnables import Runnable  # noqa: E402
+from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 
 __all__ = ["AsyncLangChainSystem", "LangChainSystem", "UsageCallback", "langchain_system"]
 
@@ -86,9 +86,7 @@ class UsageCallback(BaseCallbackHandler):
                     reported = True
                     break  # one entry per prompt: the first candidate carries the call's usage
         if not reported:
-            messages = [
-                g.message for c in response.generations for g in c if isinstance(g, ChatGeneration)
-            ]
+            messages = [g.message for c in response.generations for g in c if isinstance(g, ChatGeneration)]
             meta = messages[0].response_metadata if messages else None
             report_usage(model=_model_name(meta, llm_output, started), usage=call_usage or None)
             self.calls += 1
@@ -195,9 +193,9 @@ class LangChainSystem:
         """Invoke the chain on the case input plus ``context``: the assembled Documents."""
         return self._output(self.chain.invoke(self._chain_input(input, context), config=self._config()))
 
-    def _config(self) -> dict[str, Any]:
+    def _config(self) -> RunnableConfig:
         """The run config carrying a fresh usage callback (merged with the chain's own callbacks)."""
-        return {"callbacks": [UsageCallback()]}
+        return RunnableConfig(callbacks=[UsageCallback()])
 
     def _output(self, result: Any) -> Mapping[str, Any]:
         if self.output is not None:

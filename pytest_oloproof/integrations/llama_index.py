@@ -39,7 +39,7 @@ require("llama_index.core", "llama_index", "llamaindex", "llama-index-core")
 from llama_index.core import get_response_synthesizer  # noqa: E402
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.base.response.schema import Response  # noqa: E402
-from llama_index.core.instrumentation import get_dispatcher  # noqa: E402
+from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]  # noqa: E402
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
 from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
 from llama_index.core.instrumentation.events.llm import (  # noqa: E402
