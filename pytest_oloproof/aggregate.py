@@ -215,5 +215,9 @@ def summarize_run(cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any
             kinds={name: m["kind"] for name, m in metrics.items()},
         ),
         "cache": cache_counts(cases),
-        "counts": {"cases": len(cases), "errors": sum(1 for c in cases if c.get("error"))},
+        "counts": {
+            "cases": len(cases),
+            "errors": sum(1 for c in cases if c.get("error")),
+            "internal_errors": sum(1 for c in cases if (c.get("error") or {}).get("reason") == "internal_error"),
+        },
     }

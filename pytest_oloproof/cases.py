@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import glob
 import json
+import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,7 @@ def _read_file(path: Path, name: str, first_seen: dict[str, str], errors: list[s
         return []
     cases: list[Case] = []
     non_blank = 0
+    numbers = _Numbers()
     for number, raw in enumerate(data.split(b"\n"), start=1):
         loc = f"{name}:{number}"
         try:
@@ -140,17 +142,27 @@ def _read_file(path: Path, name: str, first_seen: dict[str, str], errors: list[s
         if not line.strip():
             continue
         non_blank += 1
+        numbers.seen = False
         try:
             obj = json.loads(
                 line,
                 object_pairs_hook=_no_duplicate_keys,
-                parse_constant=_reject_constant,
+                parse_constant=numbers.constant,
+                parse_float=numbers.float,
             )
         except json.JSONDecodeError as exc:
             errors.append(f"{loc}:{exc.colno}: invalid JSON: {exc.msg} (fix the line so it is one JSON object)")
             continue
         except (ValueError, RecursionError) as exc:
             errors.append(f"{loc}: invalid JSON: {exc}")
+            continue
+        bad = list(_non_finite(obj, "")) if numbers.seen else []
+        if bad:
+            for key_path, literal in bad:
+                errors.append(
+                    f"{loc}: non-finite number at {key_path or 'the top level'} ({literal} is not a finite 64-bit "
+                    "number; JSON has no NaN or Infinity: use null, a string, or a finite number)"
+                )
             continue
         case = _build_case(obj, loc, first_seen, errors)
         if case is not None:
@@ -170,9 +182,38 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _reject_constant(name: str) -> Any:
-    """parse_constant: NaN and Infinity are not JSON."""
-    raise ValueError(f"{name} is not valid JSON (use null or a number)")
+class _NonFinite(str):
+    """parse_constant / parse_float: a NaN, Infinity or out-of-range literal, kept to be reported with its key path."""
+
+
+class _Numbers:
+    """The json hooks for numbers: a non-finite one becomes a _NonFinite marker, and `seen` says one was met."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def constant(self, literal: str) -> Any:  # NaN, Infinity, -Infinity
+        self.seen = True
+        return _NonFinite(literal)
+
+    def float(self, literal: str) -> Any:
+        value = float(literal)
+        if math.isfinite(value):
+            return value
+        self.seen = True  # e.g. 1e400, which Python reads as inf
+        return _NonFinite(literal)
+
+
+def _non_finite(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(key path, literal) of every non-finite number in a parsed line (1e400 would become inf)."""
+    if isinstance(value, _NonFinite):
+        yield path, str(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _non_finite(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _non_finite(item, f"{path}[{index}]")
 
 
 def _build_case(obj: Any, loc: str, first_seen: dict[str, str], errors: list[str]) -> Case | None:

@@ -145,27 +145,33 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from .store import RecordError
+
     store = _store_from(args)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    lines: list[str] = []
     for run_id in store.run_ids():
-        h = store.run_header(run_id)
-        rows.append(
-            {
-                "run_id": run_id,
-                "status": h.get("status"),
-                "purpose": h.get("purpose", "run"),
-                "started_at": h.get("started_at"),
-                "system": (h.get("system") or {}).get("name"),
-                "version": (h.get("system") or {}).get("version"),
-                "cases": (h.get("counts") or {}).get("cases"),
-            }
+        try:
+            h = store.run_header(run_id)
+        except RecordError as exc:  # one damaged run never hides the others
+            rows.append({"run_id": run_id, "status": "unreadable", "error": f"run.json: {exc.problem}"})
+            lines.append(f"{run_id} unreadable: run.json: {exc.problem}")
+            continue
+        r = {
+            "run_id": run_id,
+            "status": h.get("status"),
+            "purpose": h.get("purpose", "run"),
+            "started_at": h.get("started_at"),
+            "system": (h.get("system") or {}).get("name"),
+            "version": (h.get("system") or {}).get("version"),
+            "cases": (h.get("counts") or {}).get("cases"),
+        }
+        rows.append(r)
+        lines.append(
+            f"{r['run_id']}  {r['status']:<10}  {r['started_at'] or '':<24}  {r['system']} {r['version'] or ''}"
+            f"  {r['cases'] if r['cases'] is not None else '?'} cases  {r['purpose']}"
         )
-    lines = [
-        f"{r['run_id']}  {r['status']:<10}  {r['started_at'] or '':<24}  {r['system']} {r['version'] or ''}"
-        f"  {r['cases'] if r['cases'] is not None else '?'} cases  {r['purpose']}"
-        for r in rows
-    ] or [f"no runs in {store.root}"]
-    _emit(args, {"store": str(store.root), "runs": rows}, lines)
+    _emit(args, {"store": str(store.root), "runs": rows}, lines or [f"no runs in {store.root}"])
     return EXIT_OK
 
 

@@ -275,10 +275,12 @@ def _judge(
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
         if value.value is not None and not math.isfinite(value.value):
             raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
+    except KeyboardInterrupt:
+        raise
     except usage.BudgetExhausted as exc:  # an evaluator of the user's that asked for a judge call
         _log_spent(usage_log, ev, got)
         return CriterionValue.missing(usage.BUDGET_EXHAUSTED, detail={"message": str(exc)}), False
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, pytest.skip() ... from an evaluator: its criterion is missing
         _log_spent(usage_log, ev, got)
         return CriterionValue.missing(
             f"evaluator_error: {type(exc).__name__}: {exc}", detail={"traceback": traceback.format_exc()}

@@ -8,6 +8,7 @@ loop, interventions and caching all share one path.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import threading
 import time
@@ -23,6 +24,7 @@ from .cases import Case
 from .config import LoadedConfig
 from .errors import ConfigError, ContractError, Transient
 from .identity import StageKeys, canonical_json
+from .records import is_candidates, is_execution_entry
 from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object
 from .usage import PAID_STAGES, Budget, BudgetExhausted, collect
 
@@ -154,6 +156,8 @@ class Engine:
     base_dir: Path | None = None
     budget: Budget | None = None  # max_cost / max_judge_calls of the run (usage.py)
     _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    #: set by the session that records this engine's normal cases (see RunGate)
+    run_gate: RunGate | None = field(default=None, repr=False)
     _stage_keys: tuple[dict[str, Any], StageKeys] | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------ pipeline
@@ -185,8 +189,13 @@ class Engine:
         ekey = keys.execution(input_json)
         if use_exec_cache:
             hit = self.caches.get("execution", ekey, bypass=bypass)
-            # an entry from before the query was recorded lacks it: recomputed, so the record keeps the query
-            if isinstance(hit, dict) and (not self.system.is_rag or "query" in hit):
+            # an entry from before the query was recorded lacks it: recomputed, so the record keeps the query;
+            # one of the wrong shape (e.g. {}) is a miss too, never a hit that leaves every criterion missing
+            if (
+                isinstance(hit, dict)
+                and is_execution_entry(hit, rag=self.system.is_rag)
+                and (not self.system.is_rag or "query" in hit)
+            ):
                 verdicts = hit.pop(VERDICTS, None)
                 produced = hit.pop("usage", None)
                 rec.update(hit)
@@ -194,11 +203,12 @@ class Engine:
                     rec["usage"] = {"saved": {"stages": produced}}
                 rec["cache"] = {"execution": "hit", "retrieve": None, "generate": None}
                 rec[EXECUTION_ENTRY] = (ekey, verdicts if isinstance(verdicts, dict) else {})
+                self._register(rec)
                 return rec
         saved: dict[str, list[dict[str, Any]]] = {}  # stage -> usage of the cache entries that served it
         if not self.system.is_rag:
             output = yield _Call("call", self.system.obj, (case.input,))
-            _check_json(output, case.id, "system")
+            _check_json(output, case.id, "system", stage="call")
             rec["output"] = output
             self._commit(gate, ekey, rec, use_exec_cache, bypass)
             return rec
@@ -213,8 +223,9 @@ class Engine:
         else:
             rkey = keys.retrieve(input_json)
             cached = self.caches.get("retrieve", rkey, bypass=bypass)
-            # {"query", "candidates", "usage"?}; a bare list (an entry from before the query was kept) is a miss
-            if isinstance(cached, dict) and isinstance(cached.get("candidates"), list):
+            # {"query", "candidates", "usage"?}; a bare list (an entry from before the query was kept) is a miss,
+            # and so are candidates of the wrong shape
+            if isinstance(cached, dict) and is_candidates(cached.get("candidates")):
                 candidates = cached["candidates"]
                 rec["query"] = cached.get("query")
                 if isinstance(cached.get("usage"), list) and cached["usage"]:  # what retrieving it cost
@@ -244,8 +255,8 @@ class Engine:
                             "metadata": dict(p.metadata) if p.metadata else None,
                         }
                     )
-                query_json = _check_json(retrieval.query, case.id, "retrieve() query")
-                text = _check_json(candidates, case.id, "retrieve() candidates")
+                query_json = _check_json(retrieval.query, case.id, "retrieve() query", stage="retrieve")
+                text = _check_json(candidates, case.id, "retrieve() candidates", stage="retrieve")
                 rec["query"] = retrieval.query
                 rec["cache"]["retrieve"] = "miss"
                 entry: dict[str, Any] = {"query": retrieval.query, "candidates": candidates}
@@ -286,7 +297,7 @@ class Engine:
         gkey = keys.generate(input_json, context)
         gen_bypass = bypass or plan.gold_context is not None or plan.recorded is not None
         cached_out = self.caches.get("generate", gkey, bypass=gen_bypass)
-        if isinstance(cached_out, dict) and "output" in cached_out:
+        if isinstance(cached_out, dict) and isinstance(cached_out.get("output"), Mapping):
             rec["output"] = cached_out["output"]
             rec["cache"]["generate"] = "hit"
             if isinstance(cached_out.get("usage"), list) and cached_out["usage"]:
@@ -297,10 +308,11 @@ class Engine:
             if not isinstance(output, Mapping):
                 raise ContractError(
                     f"case {case.id!r}: generate() must return a JSON-serialisable mapping "
-                    f"(e.g. {{'answer': ...}}), got {type(output).__name__}"
+                    f"(e.g. {{'answer': ...}}), got {type(output).__name__}",
+                    stage="generate",
                 )
             output = dict(output)
-            text = _check_json(output, case.id, "generate()")
+            text = _check_json(output, case.id, "generate()", stage="generate")
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
             if call.usage:
@@ -322,14 +334,32 @@ class Engine:
             gate.put(self.caches, kind, key, value, bypass, value_json)
 
     def _commit(self, gate: _Gate | None, ekey: str, rec: dict[str, Any], use_exec_cache: bool, bypass: bool) -> None:
-        """The case's last write: its execution entry, unless a timeout abandoned the attempt first."""
+        """The case's last write: its execution entry, unless a timeout abandoned the attempt first.
+
+        Under the run's gate (when there is one), so the entry is written exactly when
+        the case is counted as completed: an interrupted run records what the next run reuses.
+        """
         value = cacheable(rec) if use_exec_cache else None
-        if gate is None:
-            stored = value is not None and self.caches.put("execution", ekey, value, bypass=bypass)
-        else:
-            stored = gate.commit(self.caches, ekey, value, bypass)
-        if stored:
-            rec[EXECUTION_ENTRY] = (ekey, {})
+        run = self.run_gate if use_exec_cache else None
+        with run.lock if run is not None else contextlib.nullcontext():
+            if run is not None and run.closed:
+                return  # the interrupted run's record is decided; this case did not complete in it
+            if gate is None:
+                stored = value is not None and self.caches.put("execution", ekey, value, bypass=bypass)
+            else:
+                stored = gate.commit(self.caches, ekey, value, bypass)
+            if stored:
+                rec[EXECUTION_ENTRY] = (ekey, {})
+            if run is not None and (gate is None or not gate.abandoned):
+                run.done[rec["id"]] = dict(rec)
+
+    def _register(self, rec: dict[str, Any]) -> None:
+        """Count a normal-plan case as completed in this run (a cache hit, or an error: nothing to commit)."""
+        run = self.run_gate
+        if run is not None:
+            with run.lock:
+                if not run.closed:
+                    run.done[rec["id"]] = dict(rec)
 
     def _rerank(
         self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
@@ -338,7 +368,7 @@ class Engine:
         # the query text retrieve() returned (Retrieval.query), as recorded: never the case's input
         result = yield _Call("reranker", plan.reranker, (plan.query, passages))  # type: ignore[arg-type]
         if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
-            raise ContractError(f"case {case.id!r}: the reranker must return a sequence of Passage")
+            raise ContractError(f"case {case.id!r}: the reranker must return a sequence of Passage", stage="reranker")
         originals = {(c["doc_id"], c["chunk_id"], c["text"]): c for c in candidates}
         out = []
         for pos, p in enumerate(result, 1):
@@ -366,20 +396,53 @@ class Engine:
     # ------------------------------------------------------------ drivers
 
     def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
-        """Run one case synchronously with retries; never raises for system errors."""
-        return self._with_retries(case, plan, lambda gate: self._drive_sync(case, plan, gate))
+        """Run one case synchronously with retries.
+
+        Never raises but KeyboardInterrupt: whatever the system raises is the case's
+        error, and an error in Oloproof's own code is a record with reason `internal_error`.
+        """
+        try:
+            rec = self._with_retries(case, plan, lambda gate: self._drive_sync(case, plan, gate))
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            rec = internal_error_record(case, exc, plan)
+        return self._done(rec, plan)
 
     async def aexecute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
-        """Run one case on the current event loop (async stages awaited, sync ones in threads)."""
+        """Run one case on the current event loop (async stages awaited, sync ones in threads).
+
+        Raises only KeyboardInterrupt and the cancellation of its task; as `execute` otherwise.
+        """
+        try:
+            rec = await self._aexecute(case, plan)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            raise
+        except BaseException as exc:
+            rec = internal_error_record(case, exc, plan)
+        return self._done(rec, plan)
+
+    def _done(self, rec: dict[str, Any], plan: Plan) -> dict[str, Any]:
+        if rec.get("error") and (plan is NORMAL or plan.label == "normal"):
+            self._register(rec)
+        return rec
+
+    async def _aexecute(self, case: Case, plan: Plan) -> dict[str, Any]:
         attempt = 0
         earlier: dict[str, list[dict[str, Any]]] = {}
         while True:
             attempt += 1
             started = time.perf_counter()
+            # the deadline holds even for a stage that blocks the loop, where wait_for cannot fire
+            gate = _Gate(time.monotonic() + self.timeout_s) if self.timeout_s else None
             try:
-                coro = self._drive_async(case, plan)
+                coro = self._drive_async(case, plan, gate)
                 rec = await (asyncio.wait_for(coro, self.timeout_s) if self.timeout_s else coro)
             except asyncio.TimeoutError:
+                if gate is not None:
+                    gate.abandon()
+                rec = self._timeout_record(case, plan)
+            if gate is not None and gate.late():
                 rec = self._timeout_record(case, plan)
             rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
             rec["attempts"] = attempt
@@ -417,7 +480,7 @@ class Engine:
         that finished in time.
         """
         box: dict[str, Any] = {}
-        gate = _Gate()
+        gate = _Gate(time.monotonic() + (self.timeout_s or 0.0))
 
         def target() -> None:
             try:
@@ -434,6 +497,8 @@ class Engine:
             t.join()  # it committed at the deadline; only its return is left
         if "exc" in box:
             raise box["exc"]
+        if gate.late():  # finished, but after the deadline: its result is never used
+            return self._timeout_record(case, plan)
         return box["rec"]  # type: ignore[no-any-return]
 
     def _timeout_record(self, case: Case, plan: Plan) -> dict[str, Any]:
@@ -482,7 +547,9 @@ class Engine:
                                 value = asyncio.run(_await(value))
                     finally:
                         self._spent(seen, call, ticket)
-                except Exception as exc:
+                except KeyboardInterrupt:  # the one exception that stops the run
+                    raise
+                except BaseException as exc:  # SystemExit, GeneratorExit, ...: the case's error
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                     raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
                 timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
@@ -496,13 +563,14 @@ class Engine:
                 case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"), usage=_usage_of(seen)
             )
         except ContractError as exc:
+            stage = exc.stage or call.stage
             return self._failure(
-                case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
+                case, plan, stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
             )
 
-    async def _drive_async(self, case: Case, plan: Plan) -> dict[str, Any]:
+    async def _drive_async(self, case: Case, plan: Plan, gate: _Gate | None = None) -> dict[str, Any]:
         seen: dict[str, Any] = {}
-        gen = self._pipeline(case, plan, seen)
+        gen = self._pipeline(case, plan, seen, gate)
         timings: dict[str, float] = {}
         call = _Call("contract", _no_call, ())
         try:
@@ -526,7 +594,13 @@ class Engine:
                                     value = await value
                     finally:
                         self._spent(seen, call, ticket)
-                except Exception as exc:
+                except asyncio.CancelledError as exc:
+                    if _cancelled_from_outside():  # the run stopping, or wait_for's timeout
+                        raise
+                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc  # raised by the stage
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:
                     raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
                 finally:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
@@ -540,8 +614,9 @@ class Engine:
                 case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"), usage=_usage_of(seen)
             )
         except ContractError as exc:
+            stage = exc.stage or call.stage
             return self._failure(
-                case, plan, call.stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
+                case, plan, stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
             )
 
     def _reserve(self, call: _Call) -> Any:
@@ -618,22 +693,29 @@ class _Gate:
     its result before the deadline decision or writes nothing after it.
     """
 
-    __slots__ = ("abandoned", "committed", "lock")
+    __slots__ = ("abandoned", "committed", "deadline", "lock")
 
-    def __init__(self) -> None:
+    def __init__(self, deadline: float | None = None) -> None:
         self.lock = threading.Lock()
         self.abandoned = False
         self.committed = False
+        self.deadline = deadline  # time.monotonic() past which nothing of the attempt is used
+
+    def _past(self) -> bool:
+        """Abandoned, or past the deadline (which abandons it); call with the lock held."""
+        if not self.abandoned and self.deadline is not None and time.monotonic() > self.deadline:
+            self.abandoned = True
+        return self.abandoned
 
     def put(self, caches: Caches, kind: str, key: str, value: Any, bypass: bool, value_json: str | None = None) -> None:
         with self.lock:
-            if not self.abandoned:
+            if not self._past():
                 caches.put(kind, key, value, bypass=bypass, value_json=value_json)
 
     def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> bool:
         """Write the execution entry (when there is one) unless abandoned; whether it was stored."""
         with self.lock:
-            if self.abandoned:
+            if self._past():
                 return False
             stored = value is not None and caches.put("execution", ekey, value, bypass=bypass)
             self.committed = True
@@ -646,6 +728,49 @@ class _Gate:
                 return False
             self.abandoned = True
             return True
+
+    def late(self) -> bool:
+        """Whether the attempt's result must not be used: it did not commit before its deadline."""
+        with self.lock:
+            return not self.committed and self._past()
+
+
+class RunGate:
+    """Which normal cases of a run completed, decided under one lock with their execution entries.
+
+    A case counts as completed when its execution entry is written (or it was a
+    cache hit, or ended in an error). Once an interrupted session closes the gate,
+    no case commits any more, so its incomplete record holds exactly the completed
+    cases, which are exactly what the next run finds in the cache.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.closed = False
+        self.done: dict[str, dict[str, Any]] = {}  # case id -> its record, until the session records it
+
+    def forget(self, case_id: str) -> None:
+        """The session recorded this case (so memory stays bounded)."""
+        with self.lock:
+            self.done.pop(case_id, None)
+
+    def close(self) -> dict[str, dict[str, Any]]:
+        """No case completes from now on; the completed cases not yet recorded."""
+        with self.lock:
+            self.closed = True
+            return dict(self.done)
+
+
+def _cancelled_from_outside() -> bool:
+    """Whether a CancelledError is the current task being cancelled (not one a stage raised itself)."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return True
+    cancelling = getattr(task, "cancelling", None)
+    if task is None or cancelling is None:  # Python 3.10 cannot tell: treat it as a cancellation
+        return True
+    return bool(cancelling())
 
 
 def _no_call() -> None:
@@ -675,6 +800,23 @@ def _error_record(case: Case, plan: Plan, reason: str, error: dict[str, Any]) ->
         "error": error,
         "cache": {"execution": "miss", "retrieve": None, "generate": None},
     }
+
+
+def internal_error_record(case: Case, exc: BaseException, plan: Plan = NORMAL) -> dict[str, Any]:
+    """A case that hit an error in Oloproof's own code: recorded, every criterion missing, with the traceback."""
+    return _error_record(
+        case,
+        plan,
+        "internal_error",
+        {
+            "stage": "oloproof",
+            "type": type(exc).__name__,
+            "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            "transient": False,
+            "reason": "internal_error",
+        },
+    )
 
 
 def _passage(c: Mapping[str, Any]) -> Passage:
@@ -733,9 +875,11 @@ def _usage_of(seen: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"stages": stages} if stages else None
 
 
-def _check_json(value: Any, case_id: str, what: str) -> str:
+def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None) -> str:
     """The value as canonical JSON, or a ContractError naming the case and the stage."""
     try:
         return canonical_json(value)
     except (TypeError, ValueError) as exc:
-        raise ContractError(f"case {case_id!r}: {what} returned a value that is not JSON-serialisable: {exc}") from None
+        raise ContractError(
+            f"case {case_id!r}: {what} returned a value that is not JSON-serialisable: {exc}", stage=stage
+        ) from None

@@ -135,7 +135,7 @@ def explain(
     out["previous_run"] = prev_id
     missed = {c["id"] for c in cases if any(_misses(s, c) for s in STAGES)}
     prev_cases: dict[str, dict[str, Any]] = {}
-    for rec in store.iter_cases(prev_id):
+    for rec in store.iter_cases(prev_id, strict=False):  # a best-effort explanation: a damaged line is skipped
         cid = rec.get("id")
         if isinstance(cid, str) and cid in missed:
             prev_cases[cid] = {"cache": rec.get("cache") or {}, "error": rec.get("error"), "digest": rec.get("digest")}
@@ -171,7 +171,7 @@ def explain(
                 hints[stage][reason] = hint
     if pending:
         wanted = {cid for cid, _s, _n in pending}
-        before = _reads_of(store.iter_cases(prev_id), wanted)
+        before = _reads_of(store.iter_cases(prev_id, strict=False), wanted)
         now = _reads_of(full_cases() if full_cases is not None else (), wanted)
         for cid, stage, n in pending:
             reason, hint = _by_reads(stage, now.get(cid), before.get(cid), context_hint)

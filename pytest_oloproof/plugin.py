@@ -219,6 +219,11 @@ class CaseItem(pytest.Function):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
+            if err.get("reason") == "internal_error":
+                head = (
+                    f"case {exc.case_id!r}: an error inside Oloproof (not the system); every criterion is missing "
+                    "with reason internal_error — please report it"
+                )
             if err.get("reason") == "budget_exhausted":  # nothing failed: the run's budget stopped it
                 head = f"case {exc.case_id!r}: not executed, the run's budget stopped it; every criterion is missing"
             return redact(f"{head}\n{tb}{err.get('message', '')}".rstrip())
@@ -271,6 +276,7 @@ class OloproofPlugin:
         self._outcomes: dict[str, tuple[dict[str, Any], Any]] = {}  # nodeid -> (record, evaluators) until reported
         self._diagnoses: dict[str, dict[str, Any]] = {}  # nodeid -> a diagnosis item's outcome until reported
         self.prefetcher: Any = None
+        self.run_gate: Any = None  # execute.RunGate: which cases completed, on the controller of a run
         self.progress: Any = None  # prefetch.Progress, on the controller
         self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
@@ -563,6 +569,9 @@ class OloproofPlugin:
         # a long session also hands the groups to a writer process, so SQLite commits run on another core
         ev.caches.hold_writes(background=long_session)
         ev.caches.track_keys()
+        from .execute import RunGate
+
+        self.run_gate = ev.engine.run_gate = RunGate()
         if long_session:
             from .statsworker import StatsWorker
 
@@ -621,10 +630,17 @@ class OloproofPlugin:
         # evaluator fixtures are session-scoped: resolved by the first item, then reused
         evaluators = self._evaluators if self._evaluators is not None else self._resolve_evaluators(request)
         with ev.caches.batch():  # one cache commit for the case's stages and verdicts
-            if self.prefetcher is not None and self.prefetcher.has(case.id):
-                rec = self.prefetcher.result(case.id, tick=self._tick)
-            else:
-                rec = ev.execute(case)
+            try:
+                if self.prefetcher is not None and self.prefetcher.has(case.id):
+                    rec = self.prefetcher.result(case.id, tick=self._tick)
+                else:
+                    rec = ev.execute(case)
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # never the system's (the engine records those): a case all the same
+                from .execute import internal_error_record
+
+                rec = internal_error_record(case, exc)
             rec = ev.evaluate(case, rec, evaluators)
         item = request.node
         assert isinstance(item, CaseItem)
@@ -711,6 +727,8 @@ class OloproofPlugin:
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
         _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
         self.recorder.add(rec)
+        if self.run_gate is not None:
+            self.run_gate.forget(rec["id"])
         del report.oloproof_case  # recorded in the store; pytest keeps every report until the session ends
         if self.progress is None:  # under xdist the controller collects nothing
             self._start_progress(None)
@@ -761,6 +779,7 @@ class OloproofPlugin:
         if self.diagnoser is not None:
             self._finish_diagnosis(session, exitstatus)
             return
+        self._record_unrecorded(session)
         if self.recorder is None:
             return
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
@@ -792,11 +811,11 @@ class OloproofPlugin:
             session.exitstatus = self.gate_exit
 
     def _stop_prefetcher(self, session: pytest.Session, exitstatus: int) -> None:
-        """Start no new case; on interruption, record the cases that finished ahead of their items.
+        """Start no new case; on interruption, give running ones a short grace period to finish.
 
-        Cases still running get a short grace period to finish (a second Ctrl-C ends
-        it); whatever completes is in the cache either way, and is recorded here so
-        the incomplete run says exactly what the next run will reuse.
+        A second Ctrl-C ends the wait. What completed is recorded by `_record_unrecorded`,
+        which also makes sure nothing completes after that, so the incomplete run says
+        exactly what the next run will reuse.
         """
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED
         prefetcher = self.prefetcher
@@ -811,13 +830,30 @@ class OloproofPlugin:
             prefetcher.stop(grace_s=grace)
         except KeyboardInterrupt:
             prefetcher.stop(grace_s=0.0)
-        if not interrupted or self.is_worker or self.diagnoser is not None or self._evaluators is None:
+
+    def _record_unrecorded(self, session: pytest.Session) -> None:
+        """Record the cases that completed but whose item never reported them (Ctrl-C, -x).
+
+        Closing the run's gate stops any further case from completing (committing its
+        execution entry), so the record then holds exactly the cases the next run reuses.
+        """
+        gate, self.run_gate = self.run_gate, None
+        if gate is None:
+            return
+        done = gate.close()
+        if not done:
             return
         ev = self._controller_evaluation()
         if ev is None:
             return
-        for case, rec in prefetcher.finished():
-            rec = ev.evaluate(case, rec, self._evaluators)
+        recorded = self.recorder.written_ids() if self.recorder is not None else set()
+        evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
+        for item in session.items:
+            case = getattr(item, "case", None) if isinstance(item, CaseItem) else None
+            if case is None or case.id not in done or case.id in recorded:
+                continue
+            recorded.add(case.id)
+            rec = ev.evaluate(case, done[case.id], evaluators)
             if self.recorder is None:
                 from .runner import RunRecorder
 

@@ -155,15 +155,14 @@ class Prefetcher:
         fut = self._futures.get(case.id)
         if rec is not None:
             self.progress.add(rec)
+        if fut is not None and not fut.done():  # before the count drops: stop() then sees every result
+            if exc is not None:
+                fut.set_exception(exc)
+            else:
+                fut.set_result(rec)  # type: ignore[arg-type]
         with self._cond:
             self._running -= 1
             self._cond.notify_all()
-        if fut is None or fut.done():
-            return
-        if exc is not None:
-            fut.set_exception(exc)
-        else:
-            fut.set_result(rec)  # type: ignore[arg-type]
 
     def _worker(self) -> None:
         while True:

@@ -146,10 +146,17 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
     lines += miss_lines(record.get("cache_misses"))
     lines += usage_lines(record)
     lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
-    errors = (record.get("counts") or {}).get("errors", 0)
+    counts = record.get("counts") or {}
+    internal = counts.get("internal_errors", 0)
+    errors = counts.get("errors", 0) - internal
     errors -= len((record.get("budget") or {}).get("cases_not_executed") or [])  # told by the Budget: line
     if errors:
         lines.append(f"System errors: {errors} case(s) missing for every criterion (see the run record)")
+    if internal:
+        lines.append(
+            f"Internal errors: {internal} case(s) hit an error inside Oloproof and are missing for every criterion "
+            "(reason internal_error; tracebacks in the run record) — please report it"
+        )
     where = f" in {store_root}" if store_root else ""
     lines.append(f"Run {record['run_id']} ({record['status']}, {len(record.get('cases') or [])} cases) stored{where}")
     return lines

@@ -14,7 +14,7 @@ from .aggregate import summarize_run, summary_settings
 from .cache import CacheMode, Caches
 from .cases import Case, load_cases
 from .config import LoadedConfig, load_config
-from .errors import CaseFileError, ConfigError
+from .errors import CaseFileError, ConfigError, StoreError
 from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
@@ -104,17 +104,29 @@ class Evaluation:
         gold: Sequence[Mapping[str, Any]] | None = None,
         bypass_judgment: bool = False,
     ) -> dict[str, Any]:
-        with usage.using_budget(self.budget):  # judge calls reserve from the run's budget
-            rec = evaluate_record(
-                case,
-                rec,
-                evaluators or self.evaluators,
-                self.caches,
-                relevance_unit=self.relevance_unit,
-                gold=gold,
-                bypass_judgment=bypass_judgment,
-            )
-        return with_case_fields(case, rec)
+        """The case record with its criteria; never raises but KeyboardInterrupt (see internal_error_case)."""
+        evs = evaluators or self.evaluators
+        try:
+            with usage.using_budget(self.budget):  # judge calls reserve from the run's budget
+                rec = evaluate_record(
+                    case,
+                    rec,
+                    evs,
+                    self.caches,
+                    relevance_unit=self.relevance_unit,
+                    gold=gold,
+                    bypass_judgment=bypass_judgment,
+                )
+            return with_case_fields(case, rec)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:
+            failed = internal_error_case(rec, exc, [e.criterion for e in evs])
+        try:
+            return with_case_fields(case, failed)
+        except Exception:  # the case's own fields, as far as they go (the recorder copes with the rest)
+            failed.update(input=case.input, expected=case.expected, metadata=case.metadata, source=case.source)
+            return failed
 
     def header(
         self, *, cache_mode: CacheMode, purpose: str = "run", extra: Mapping[str, Any] | None = None
@@ -222,6 +234,44 @@ def with_case_fields(case: Case, rec: dict[str, Any]) -> dict[str, Any]:
     # so a comparison can tell a case whose input or expected data changed under the same id
     rec["digest"] = case_digest(case.input, case.expected)
     return rec
+
+
+def internal_error_case(rec: Mapping[str, Any], exc: BaseException, criteria: Iterable[str]) -> dict[str, Any]:
+    """A case that hit an error in Oloproof's own code: still a record, every criterion missing (`internal_error`).
+
+    So no case ever vanishes from a run: the run's cases are the selected cases, and
+    every metric's observed + missing + excluded is the number of cases.
+    """
+    import traceback
+
+    error = {
+        "stage": "oloproof",
+        "type": type(exc).__name__,
+        "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "transient": False,
+        "reason": "internal_error",
+    }
+    cache = rec.get("cache")
+    plain = {k: cache.get(k) for k in ("execution", "retrieve", "generate")} if isinstance(cache, Mapping) else {}
+    return {
+        "id": str(rec.get("id")),
+        "plan": rec.get("plan", "normal"),
+        "retrieval": None,
+        "context": None,
+        "dropped": [],
+        "context_truncated": False,
+        "output": None,
+        "error": error,
+        "cache": {
+            "execution": plain.get("execution") if plain.get("execution") in ("hit", "miss") else "miss",
+            "retrieve": plain.get("retrieve") if plain.get("retrieve") in ("hit", "miss") else None,
+            "generate": plain.get("generate") if plain.get("generate") in ("hit", "miss") else None,
+            "judgment": {"hit": 0, "miss": 0},
+        },
+        "criteria": {name: {"status": "missing", "reason": "internal_error"} for name in criteria},
+        "relevant_position": None,
+    }
 
 
 def case_from_record(rec: Mapping[str, Any]) -> Case:
@@ -341,8 +391,28 @@ class RunRecorder:
         return self._writer
 
     def add(self, rec: dict[str, Any]) -> None:
-        usage.price_case(rec, self.header.get("pricing"))  # per-case tokens and cost, for readers of the record
-        self._open().add_case(rec)
+        """Append a case; one that cannot be written as it is is recorded as an internal error, never dropped."""
+        try:  # per-case tokens and cost, for readers of the record
+            usage.price_case(rec, self.header.get("pricing"))
+        except Exception:  # pricing must never lose a case: it is recorded unpriced
+            pass
+        writer = self._open()
+        try:
+            writer.add_case(rec)
+        except (TypeError, ValueError, OverflowError) as exc:  # not JSON (e.g. an evaluator's `actual` object)
+            criteria = rec.get("criteria")
+            configured = [e["criterion"] for e in self.header.get("evaluators", [])]
+            names = list(criteria) if isinstance(criteria, Mapping) else configured
+            fallback = internal_error_case(rec, exc, names)
+            for key in ("input", "expected", "metadata", "source"):
+                fallback[key] = rec.get(key)
+            try:
+                writer.add_case(fallback)
+            except (TypeError, ValueError, OverflowError):
+                for key in ("input", "expected", "metadata"):
+                    fallback[key] = None
+                writer.add_case(fallback)
+            rec = fallback
         self.cases.append(slim_case(rec))
 
     def summarize(self) -> dict[str, Any]:
@@ -366,7 +436,7 @@ class RunRecorder:
         if self.header.get("purpose", "run") == "run":  # diagnosis child runs bypass caches on purpose
             try:
                 misses = explain_misses(self.store, self.run_id, self.header, self.cases, self._written_cases)
-            except (OSError, ValueError, KeyError, TypeError) as exc:  # never lose a run over its explanation
+            except (OSError, ValueError, KeyError, TypeError, StoreError) as exc:  # never lose a run over this
                 misses = {"note": f"the reasons could not be worked out ({type(exc).__name__}: {exc})"}
             if misses is not None:
                 record["cache_misses"] = misses
@@ -374,12 +444,19 @@ class RunRecorder:
         self._open().finish(record)
         return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
 
+    def written_ids(self) -> set[str]:
+        """Ids of the cases in cases.jsonl so far (what every reader sees, whatever an interruption left in memory)."""
+        if self._writer is None:
+            return set()
+        self._writer.flush()
+        return {str(rec.get("id")) for rec in self.store.iter_cases(self.run_id, strict=False)}
+
     def _written_cases(self) -> Iterable[dict[str, Any]]:
         """This run's full case records, as written so far (read back once, for the cache-miss reasons)."""
         if self._writer is None:
             return iter(())
         self._writer.flush()
-        return self.store.iter_cases(self.run_id)
+        return self.store.iter_cases(self.run_id, strict=False)  # its own lines, just written
 
     def usage_fields(self) -> dict[str, Any]:
         """`usage` (tokens, cost, saved) and `budget` (what the guard stopped) of the cases recorded so far."""
@@ -400,14 +477,14 @@ class RunRecorder:
         """
         assert self._writer is not None
         self._writer.flush()
-        written = [slim_case(rec) for rec in self.store.iter_cases(self.run_id)]
+        written = [slim_case(rec) for rec in self.store.iter_cases(self.run_id, strict=False)]
         if len(written) != len(self.cases):
             self.cases = written
 
     def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
         """The JSON run report with every full case record, streamed from the store (memory stays flat)."""
         head = {k: v for k, v in record.items() if k != "cases"}
-        cases = self.store.iter_cases(self.run_id)
+        cases = self.store.iter_cases(self.run_id, strict=False)
         write_json_stream(path, head, "cases", cases)
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -131,23 +132,70 @@ class Store:
         )
 
     def run_header(self, run_id: str) -> dict[str, Any]:
+        """run.json of a run, validated (RecordError naming the file and what is wrong)."""
         path = self.run_dir(run_id) / "run.json"
         try:
-            header: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            return header
+            text = path.read_text(encoding="utf-8")
+            header = json.loads(text)
         except (OSError, ValueError) as exc:
-            raise StoreError(f"run {run_id}: cannot read {path}: {exc}") from exc
+            raise RecordError(path, None, f"not readable JSON: {exc}", run_id=run_id) from exc
+        from .records import check_run
 
-    def iter_cases(self, run_id: str) -> Iterator[dict[str, Any]]:
+        problem = check_run(header)
+        if problem is not None:
+            raise RecordError(path, _line_of_key(text, problem), problem, run_id=run_id)
+        return header  # type: ignore[no-any-return]
+
+    def iter_cases(self, run_id: str, *, strict: bool = True) -> Iterator[dict[str, Any]]:
+        """The case records of a run, in the order they were recorded.
+
+        Each line is checked (RecordError naming file, line and what is wrong), except
+        a torn last line of a run that did not complete (a process killed mid-write
+        leaves one, without its newline). `strict=False` is for the run's own writer,
+        re-reading what it has just written, and for best-effort readers: lines that
+        are not JSON objects are skipped there, and the rest is not checked.
+        """
         path = self.run_dir(run_id) / "cases.jsonl"
         if not path.is_file():
             return
-        with path.open(encoding="utf-8") as f:
-            for line in f:
+        check = None
+        if strict:
+            from .records import check_case
+
+            check = check_case
+        with path.open(encoding="utf-8", errors="surrogateescape") as f:
+            pending: tuple[int, str, str] | None = None  # a bad line, forgiven only if it is a torn last one
+            for number, line in enumerate(f, start=1):
+                if pending is not None:
+                    raise RecordError(path, pending[0], pending[2], run_id=run_id)
+                if not line.strip():
+                    continue
                 try:
-                    yield fastjson.loads(line)
-                except ValueError:
-                    continue  # a torn last line of an interrupted run
+                    rec = fastjson.loads(line)
+                except ValueError as exc:
+                    if not strict:
+                        continue
+                    pending = (number, line, f"not a JSON object: {exc}")
+                    continue
+                if check is None:
+                    if isinstance(rec, dict):  # lenient: a line that is not a record is skipped
+                        yield rec
+                    continue
+                problem = check(rec)
+                if problem is not None:
+                    pending = (number, line, problem)
+                    continue
+                yield rec
+            if pending is not None:
+                torn = not pending[1].endswith("\n") and self._status(run_id) != "complete"
+                if not torn:
+                    raise RecordError(path, pending[0], pending[2], run_id=run_id)
+
+    def _status(self, run_id: str) -> str | None:
+        try:
+            return str(self.run_header(run_id).get("status"))
+        except StoreError:
+            return None
 
     def load_run(self, ref: str) -> dict[str, Any]:
         """The whole run record (cases inline) for a run id, a unique prefix, or a run-record JSON file."""
@@ -212,11 +260,38 @@ class Store:
 
 
 def load_run_file(path: Path) -> dict[str, Any]:
-    """A run record exported as JSON (e.g. a baseline committed to the repository)."""
+    """A run record exported as JSON (e.g. a baseline committed to the repository), validated whole."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise StoreError(f"{path}: not a readable run record: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
         raise StoreError(f"{path}: not an {RUN_SCHEMA} record (write one with --oloproof-report PATH)")
+    from .records import check_case, check_run
+
+    problem = check_run(data)
+    if problem is None and not isinstance(data.get("cases", []), list):
+        problem = "cases: should be a list of case records"
+    for i, case in enumerate(data.get("cases") or []):
+        if problem is not None:
+            break
+        problem = check_case(case, prefix=f"cases[{i}]")
+    if problem is not None:
+        raise RecordError(path, None, problem)
     return data
+
+
+def _line_of_key(text: str, problem: str) -> int | None:
+    """The line of run.json holding the top-level key a problem names (`system: ...` -> the `"system":` line)."""
+    key = re.split(r"[.\[:]", problem, maxsplit=1)[0]
+    lines = [n for n, line in enumerate(text.splitlines(), 1) if line.startswith(f'  "{key}":')]
+    return lines[0] if len(lines) == 1 else None
+
+
+class RecordError(StoreError):
+    """A stored record that cannot be read whole: names the file, the line (for JSONL) and what is wrong."""
+
+    def __init__(self, path: Path, line: int | None, problem: str, *, run_id: str | None = None) -> None:
+        self.path, self.line, self.problem, self.run_id = path, line, problem, run_id
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {problem} (the stored record is damaged; it is not read in part)")

@@ -257,8 +257,29 @@ def test_pretty_printed_object_is_invalid(tmp_path: Path) -> None:
 def test_nan_is_not_json(tmp_path: Path) -> None:
     write(tmp_path / "cases.jsonl", '{"id": "a", "input": NaN}')
     assert errors_of("cases.jsonl", tmp_path) == [
-        "cases.jsonl:1: invalid JSON: NaN is not valid JSON (use null or a number)"
+        "cases.jsonl:1: non-finite number at input (NaN is not a finite 64-bit number; "
+        "JSON has no NaN or Infinity: use null, a string, or a finite number)"
     ]
+
+
+def test_non_finite_numbers_are_rejected_at_load_with_their_key_path(tmp_path: Path) -> None:
+    # 1e400 is valid JSON text but Python reads it as inf: the case used to vanish when it ran
+    write(
+        tmp_path / "cases.jsonl",
+        {"id": "ok", "input": {"n": 1.5}},
+        '{"id": "big", "input": {"n": 1e400}}',
+        '{"id": "lists", "input": {"q": "x"}, "expected": {"scores": [1, -Infinity]}, "metadata": {"w": NaN}}',
+        '{"id": "negative", "input": {"n": -1E+999}}',
+    )
+    errors = errors_of("cases.jsonl", tmp_path)
+    assert [e.split(" (")[0] for e in errors] == [
+        "cases.jsonl:2: non-finite number at input.n",
+        "cases.jsonl:3: non-finite number at expected.scores[1]",
+        "cases.jsonl:3: non-finite number at metadata.w",
+        "cases.jsonl:4: non-finite number at input.n",
+    ]
+    assert "1e400 is not a finite 64-bit number" in errors[0]
+    assert "-Infinity" in errors[1]
 
 
 def test_duplicate_key_in_line(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from oloproof_project import PROBE_CONFTEST
 
-N_CASES = 30
+N_CASES = 60  # enough that even 8 at a time are still running when the signal comes
 
 SYSTEM = """
 import os, time
@@ -79,8 +79,8 @@ def recorded_lines(root: Path) -> list[str]:
 
 @pytest.mark.parametrize(
     ("signum", "concurrency", "writer"),
-    [(signal.SIGINT, 1, False), (signal.SIGTERM, 4, False), (signal.SIGINT, 1, True)],
-    ids=["sigint", "sigterm", "sigint-writer-process"],
+    [(signal.SIGINT, 1, False), (signal.SIGTERM, 4, False), (signal.SIGINT, 8, False), (signal.SIGINT, 1, True)],
+    ids=["sigint", "sigterm", "sigint-concurrency-8", "sigint-writer-process"],
 )
 def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     tmp_path: Path, signum: int, concurrency: int, writer: bool

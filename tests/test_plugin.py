@@ -128,6 +128,7 @@ def test_oloproof_with_an_ordinary_suite_runs_both(pytester: pytest.Pytester) ->
         ),
         (['{"id": "a", "input": {"q": "a"}}', '{"id": "b", "input": '], "invalid JSON"),
         (['{"input": {"q": "a"}}'], "id"),
+        (['{"id": "a", "input": {"q": "a"}}', '{"id": "b", "input": {"n": 1e400}}'], "non-finite number at input.n"),
     ],
 )
 def test_invalid_cases_stop_the_run_before_anything_executes(

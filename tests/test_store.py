@@ -66,7 +66,7 @@ def make_runs(store: Store, n: int) -> list[str]:
     for i in range(n):
         run_id = new_run_id()
         writer = store.start_run(run_id, {"purpose": "run", "system": {"name": "s", "version": str(i)}})
-        writer.add_case({"id": f"c{i}"})
+        writer.add_case({"id": f"c{i}", "criteria": {}})
         writer.finish({"status": "complete", "counts": {"cases": 1}})
         ids.append(run_id)
         time.sleep(0.002)  # ULIDs order by millisecond
@@ -77,11 +77,17 @@ def test_run_writer_lifecycle(tmp_path: Path) -> None:
     store = Store(tmp_path)
     run_id = new_run_id()
     assert re.fullmatch(r"run_[0-9A-HJKMNP-TV-Z]{26}", run_id)
-    writer = store.start_run(run_id, {"purpose": "run"})
+    writer = store.start_run(run_id, {"purpose": "run", "system": {"name": "s"}})
     header = json.loads((store.run_dir(run_id) / "run.json").read_text())
-    assert header == {"schema": RUN_SCHEMA, "run_id": run_id, "purpose": "run", "status": "incomplete"}
-    writer.add_case({"id": "a", "output": {"answer": "x"}})
-    writer.add_case({"id": "b", "output": None})
+    assert header == {
+        "schema": RUN_SCHEMA,
+        "run_id": run_id,
+        "purpose": "run",
+        "system": {"name": "s"},
+        "status": "incomplete",
+    }
+    writer.add_case({"id": "a", "criteria": {}, "output": {"answer": "x"}})
+    writer.add_case({"id": "b", "criteria": {}, "output": None})
     writer.finish({"status": "complete", "metrics": {}})
     record = store.load_run(run_id)
     assert record["status"] == "complete"
@@ -93,8 +99,8 @@ def test_run_writer_lifecycle(tmp_path: Path) -> None:
 def test_a_torn_last_case_line_is_skipped(tmp_path: Path) -> None:
     store = Store(tmp_path)
     run_id = new_run_id()
-    writer = store.start_run(run_id, {})
-    writer.add_case({"id": "a"})
+    writer = store.start_run(run_id, {"system": {"name": "s"}})
+    writer.add_case({"id": "a", "criteria": {}})
     writer.close()
     with (store.run_dir(run_id) / "cases.jsonl").open("a") as f:
         f.write('{"id": "b", "outp')  # killed mid-line
