@@ -559,3 +559,33 @@ def test_llama_index_usage_handler_counts_a_completion_inside_a_chat_once() -> N
     prompt_len = len(llm.messages_to_prompt([ChatMessage(role="user", content="abc")]))
     assert reply.message.content == "ok"
     assert got == [{"model": None, "input_tokens": prompt_len, "output_tokens": 2, "cached_input_tokens": None}]
+
+
+def test_langchain_usage_callback_reads_llm_output_when_messages_carry_none() -> None:
+    """A completion LLM's usage comes in llm_output (OpenAI's token_usage); per-message usage_metadata wins."""
+    from uuid import uuid4
+
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, Generation, LLMResult
+
+    from pytest_oloproof import usage
+    from pytest_oloproof.integrations.langchain import UsageCallback
+
+    legacy = LLMResult(
+        generations=[[Generation(text="a")]],
+        llm_output={"token_usage": {"prompt_tokens": 12, "completion_tokens": 3}, "model_name": "legacy-m"},
+    )
+    message = AIMessage(content="b", usage_metadata={"input_tokens": 7, "output_tokens": 1, "total_tokens": 8})
+    chat = LLMResult(generations=[[ChatGeneration(message=message)]], llm_output={"token_usage": {"prompt_tokens": 99}})
+    handler = UsageCallback()
+    with usage.collect() as got:
+        run_id = uuid4()
+        handler.on_llm_start({}, ["p"], run_id=run_id, metadata={"ls_model_name": "chat-m"})
+        handler.on_llm_end(chat, run_id=run_id)
+        handler.on_llm_end(legacy, run_id=uuid4())
+        handler.on_llm_end(LLMResult(generations=[[Generation(text="c")]]), run_id=uuid4())
+    assert got == [
+        {"model": "chat-m", "input_tokens": 7, "output_tokens": 1, "cached_input_tokens": None},
+        {"model": "legacy-m", "input_tokens": 12, "output_tokens": 3, "cached_input_tokens": None},
+        {"model": None, "input_tokens": None, "output_tokens": None, "cached_input_tokens": None},
+    ]
