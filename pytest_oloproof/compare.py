@@ -499,9 +499,10 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
             continue
         n = d["paired"]
         margin = fmt_margin(d["margin"])
-        head = f"{n} paired case{'' if n == 1 else 's'} cannot establish {d['test']} at a {margin}-point"
+        cases = f"{n} paired case{'' if n == 1 else 's'}"
+        head = f"{d['criterion']}: {cases} cannot establish {d['test']} at a {margin}-point"
         if d.get("kind") == "mean":  # from the paired betting interval with every difference 0
-            note = f"{head} margin on {d['criterion']}, even with no change; about {needed} would be needed"
+            note = f"{head} margin, even with no change; about {needed} would be needed"
         else:  # from Tango's interval with no discordant pair
             note = f"{head} margin; about {needed} would be needed with no changed verdicts"
         if note not in notes:
@@ -727,38 +728,15 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
 
 
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
-    """A GitHub step-summary section: the criterion lines and the decision table."""
-    out = [
-        f"### Oloproof gate · {doc.get('gate') or 'no policy'}",
-        "",
-        f"Comparison `{doc_id}` of `{doc['candidate']['run_id']}` against `{doc['baseline']['run_id']}`"
-        f" · {doc['paired_cases']} paired cases",
-        "",
-    ]
-    out += [f"> Warning: {w}  " for w in doc.get("warnings") or []]
-    out += _markdown_case_sets(doc)
-    out += ["| criterion | difference (points) | interval | accounting |", "|---|---|---|---|"]
-    for name, c in doc["criteria"].items():
-        acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
-        if c["paired"]:
-            pr = c["printed"]
-            out.append(f"| {name} | {pr['estimate']} | [{pr['low']}, {pr['high']}] | {acc} |")
-        else:
-            out.append(f"| {name} | — | — | {acc} |")
-    out += [f"\n{n}" for n in doc.get("sample_size_notes") or []]
-    out += [f"\n{line}" for line in cost_lines(doc.get("cost"))]
-    if doc.get("decisions"):
-        out += ["", "| decision | criterion | test | outcome | reason |", "|---|---|---|---|---|"]
-        for d in doc["decisions"]:
-            test = f"{d['test']}, margin {fmt_margin(d['margin'])} points"
-            out.append(f"| {d['name']} | {d['criterion']} | {test} | **{d['outcome']}** | {d['reason']} |")
-        reason = f" · {doc['gate_reason']}" if doc.get("gate_reason") else ""
-        out += ["", f"**Gate: {doc['gate']} (exit {doc['exit_code']}){reason}**"]
-    return "\n".join(out) + "\n"
+    """A GitHub step-summary section: warnings, the cases not paired, criterion table and accounting, notes,
+    cost, decisions and gate (rendering-safe Markdown: see `report.markdown`)."""
+    from .report.markdown import comparison_markdown
+
+    return comparison_markdown(doc, doc_id, fmt_margin, _markdown_case_sets(doc), cost_lines(doc.get("cost")))
 
 
 def _markdown_case_sets(doc: Mapping[str, Any]) -> list[str]:
-    """One paragraph naming the cases that are not pairs: changed, or present in one run only."""
+    """One paragraph (plain text) naming the cases that are not pairs: changed, or present in one run only."""
     sets = doc.get("case_sets") or {}
     parts = []
     changed = sets.get("changed") or {}
@@ -770,7 +748,7 @@ def _markdown_case_sets(doc: Mapping[str, Any]) -> list[str]:
             parts.append(f"{len(ids)} case{'' if len(ids) == 1 else 's'} {label}: {_ids(ids)}")
     if not parts:
         return []
-    return ["", "Cases not paired: " + "; ".join(parts) + ".", ""]
+    return ["Cases not paired: " + "; ".join(parts) + "."]
 
 
 # ------------------------------------------------------------------ one call for the CLI and the plugin
@@ -817,6 +795,7 @@ class SessionGate:
         self.baseline = baseline
         self.baseline_source = baseline_source
         self.policy = policy
+        self.comparison: tuple[str, dict[str, Any]] | None = None  # (id, document) once applied
 
     @classmethod
     def prepare(
@@ -853,6 +832,7 @@ class SessionGate:
                 record, self.baseline, self.policy, store=self.store, sources=(None, self.baseline_source)
             )
             doc_id = self.store.save_doc("comparison", doc)
+            self.comparison = (doc_id, doc)
         except OloproofError as exc:
             summary_lines.append(f"Comparison not possible: {exc}")
             return EXIT_USAGE if self.policy is not None else None

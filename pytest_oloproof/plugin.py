@@ -15,7 +15,7 @@ import re
 import shutil
 import signal
 import types
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ from .cache import CacheMode, parse_mode
 from .errors import OloproofError
 from .options import parse_positive_int
 from .redaction import redact
+from .report.junit import junit_value
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
     from .cases import Case
@@ -83,6 +84,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="cases executing at once (overrides `concurrency`)",
     )
     group.addoption("--oloproof-report", dest="oloproof_report", metavar="PATH", help="write the JSON run report")
+    group.addoption(
+        "--oloproof-html",
+        dest="oloproof_html",
+        metavar="PATH",
+        help="write the run's self-contained HTML report (with the comparison when a baseline is given)",
+    )
     group.addoption("--oloproof-diagnose", dest="oloproof_diagnose", metavar="RUN_ID", help="diagnose a run")
     group.addoption(
         "--oloproof-intervention",
@@ -100,7 +107,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addini("oloproof_config", "path of oloproof.yaml (default: <rootdir>/oloproof.yaml)", default="")
     parser.addini(
         "oloproof_progress",
-        "live progress line: auto (a terminal, or -v) | on | off",
+        "live progress line: auto (only when the output is a terminal) | on | off",
         default="auto",
     )
     parser.addini("oloproof_progress_interval", "seconds between progress lines (and before the first)", default="2")
@@ -519,6 +526,12 @@ class OloproofPlugin:
             from .store import write_json
 
             write_json(Path(report_path), result.to_json())
+        html_path = self.config.getoption("oloproof_html")
+        if html_path and result.doc_id is not None:
+            from .report.html import render_page, write_page
+            from .report.model import diagnosis_view
+
+            write_page(Path(html_path), render_page(diagnosis_view(result.doc, result.doc_id)))
 
     # -- running
 
@@ -606,7 +619,7 @@ class OloproofPlugin:
         if tr is None or mode == "off":
             return
         verbosity = int(self.config.get_verbosity())
-        if mode != "on" and not (verbosity >= 1 or (bool(tr.isatty()) and verbosity > -2)):
+        if mode != "on" and not (bool(tr.isatty()) and verbosity > -2):
             return
         try:
             every = max(float(self.config.getini("oloproof_progress_interval")), 0.0)
@@ -615,9 +628,7 @@ class OloproofPlugin:
                 "oloproof_progress_interval: expected a number of seconds, "
                 f"got {self.config.getini('oloproof_progress_interval')!r}"
             ) from None
-        self.progress_display = ProgressDisplay(
-            self.progress, lambda line: _write_own_line(tr, line), every_s=every, after_s=every
-        )
+        self.progress_display = ProgressDisplay(self.progress, _progress_writer(tr), every_s=every, after_s=every)
 
     def _tick(self) -> None:
         if self.progress_display is not None:
@@ -647,7 +658,7 @@ class OloproofPlugin:
         # held here until the report takes it: an attribute would grow every item's __dict__ for good
         self._outcomes[item.nodeid] = (rec, self._describe(evaluators))
         for name, c in rec["criteria"].items():
-            value = c["value"] if c["status"] == "observed" else f"{c['status']}: {c.get('reason')}"
+            value = junit_value(c)
             item.user_properties.append((self._property_name(name), redact(value) if isinstance(value, str) else value))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
@@ -734,6 +745,10 @@ class OloproofPlugin:
             self._start_progress(None)
         if self.prefetcher is None:  # the prefetcher counts the cases it executes
             self.progress.add(rec)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_runtest_logfinish(self, nodeid: str, location: Any) -> None:
+        # after pytest has written the item's letter or outcome (and any line break of its own)
         self._tick()
 
     def _controller_evaluation(self) -> Evaluation | None:
@@ -793,7 +808,7 @@ class OloproofPlugin:
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
-        from .render import markdown_summary, run_summary
+        from .report.text import markdown_summary, run_summary
 
         self.summary_lines = run_summary(record, store_root=store_root)
         report_path = self.config.getoption("oloproof_report")
@@ -807,8 +822,29 @@ class OloproofPlugin:
         if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
             gate_exit = self.gate.apply(record, self.summary_lines, step)
             self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
+        html_path = self.config.getoption("oloproof_html")
+        if html_path:
+            self._write_html(Path(html_path), record)
         if self.gate_exit is not None:
             session.exitstatus = self.gate_exit
+
+    def _write_html(self, path: Path, record: dict[str, Any]) -> None:
+        """The run's HTML page, with the session's comparison when there was one."""
+        from .report.html import run_page, write_page
+
+        assert self.recorder is not None
+        # the record holds slim case summaries; the page shows every full case, read back from the store
+        record = {**record, "cases": list(self.recorder.store.iter_cases(self.recorder.run_id))}
+        gate = self.gate
+        comparison = None
+        if gate is not None and gate.comparison is not None:
+            comparison = (*gate.comparison, gate.baseline)
+        try:
+            write_page(path, run_page(record, self.recorder.store, comparison))
+        except OSError as exc:  # the run is recorded; only its page is lost
+            self.summary_lines.append(f"warning: could not write the HTML report {path}: {exc}")
+            return
+        self.summary_lines.append(f"HTML report: {path}")
 
     def _stop_prefetcher(self, session: pytest.Session, exitstatus: int) -> None:
         """Start no new case; on interruption, give running ones a short grace period to finish.
@@ -938,14 +974,34 @@ def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def _write_own_line(tr: Any, line: str) -> None:
-    """Write a line of our own between pytest's outputs, never inside a line of dots."""
-    tr.ensure_newline()
-    # pytest has no public "column" query; -q and xdist print dots without the path that
-    # ensure_newline() tracks, so look at the writer's column when it is there.
-    if getattr(getattr(tr, "_tw", None), "width_of_current_line", 0):
-        tr.write("\n")
-    tr.write_line(line)
+def _progress_writer(tr: Any) -> Callable[[str], bool]:
+    """Write the progress line only between pytest's lines, as pytest's own `[ 40%]` progress does.
+
+    pytest tracks where its output stands: the terminal writer's width of the current line
+    and the reporter's `currentfspath` (the file prefix of a line of dots, a node id in -v,
+    or -2 once a -v line is finished). Writing a line break of our own into a line of dots
+    would cut it short and make pytest reprint the file prefix, and in -v it would land
+    between a node id and its outcome. So the line is written only when pytest is at the
+    start of a line (after it wrapped a line of dots with its percentage), or when a -v
+    line is finished (pytest ends it itself before the next node id); otherwise this
+    returns False and the display tries again on the next item.
+    """
+    tw = getattr(tr, "_tw", None)
+
+    def write(line: str) -> bool:
+        width = getattr(tw, "width_of_current_line", None)
+        if tw is None or width is None:
+            return False
+        if width == 0:
+            tw.line(line)  # a line of its own; the dots go on below it under the same prefix
+        elif getattr(tr, "currentfspath", None) == -2:
+            tw.write("\n" + line)  # pytest's next node id starts with the line break that ends this one
+        else:
+            return False
+        tw.flush()
+        return True
+
+    return write
 
 
 #: Seconds an interrupted session waits for cases already running in the prefetcher.

@@ -55,14 +55,15 @@ class Progress:
 class ProgressDisplay:
     """Writes the progress line through `write`, at most every `every_s`, once the run has lasted `after_s`.
 
-    Only the thread that owns the terminal calls `tick` (pytest's main thread),
-    so the line never lands in the middle of pytest's own output.
+    Only the thread that owns the terminal calls `tick` (pytest's main thread). `write`
+    returns False when it cannot write now (pytest is in the middle of a line); the
+    display then tries again on the next tick instead of waiting out another interval.
     """
 
     def __init__(
         self,
         progress: Progress,
-        write: Callable[[str], None],
+        write: Callable[[str], bool | None],
         *,
         every_s: float = 2.0,
         after_s: float = 2.0,
@@ -82,12 +83,14 @@ class ProgressDisplay:
             return
         if self._last is not None and now - self._last < self.every_s:
             return
+        try:
+            written = self.write(self.progress.line())
+        except Exception:  # a closed or odd terminal must never fail the run
+            written = True  # counted as shown: do not retry on every tick
+        if written is False:
+            return
         self._last = now
         self.shown += 1
-        try:
-            self.write(self.progress.line())
-        except Exception:  # a closed or odd terminal must never fail the run
-            pass
 
 
 class Prefetcher:

@@ -309,7 +309,10 @@ def load_object(spec: str, base_dir: Path | None = None) -> Any:
 def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provider:
     model = settings.get("model")
     if not model:
-        raise ConfigError("provider openai: `model` is required", key="model")
+        raise ConfigError(
+            "provider openai: `model` is required (the model the endpoint serves, e.g. `model: gpt-4o-mini`)",
+            key="model",
+        )
     kwargs: dict[str, Any] = {}
     for name in ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra"):
         if settings.get(name) is not None:

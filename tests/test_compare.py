@@ -176,7 +176,7 @@ def test_sample_size_line_for_a_graded_criterion(store: Store, tmp_path: Path) -
     needed = stats.mean_pairs_needed_without_change(0.05)
     assert doc["decisions"][0]["pairs_needed_without_change"] == needed
     assert doc["sample_size_notes"] == [
-        "13 paired cases cannot establish non-inferiority at a 5.0-point margin on ndcg_at_6, even with no change; "
+        "ndcg_at_6: 13 paired cases cannot establish non-inferiority at a 5.0-point margin, even with no change; "
         f"about {needed} would be needed"
     ]
     assert needed > stats.pairs_needed_without_change(0.05)  # derived from the wider graded interval
@@ -296,7 +296,7 @@ def test_decisions_use_unrounded_bounds(store: Store, tmp_path: Path) -> None:
         "interval_overlaps_margin",
     )
     assert doc2["sample_size_notes"] == [
-        "100 paired cases cannot establish non-inferiority at a 3.69-point margin; "
+        "ok: 100 paired cases cannot establish non-inferiority at a 3.69-point margin; "
         f"about {stats.pairs_needed_without_change(0.0369)} would be needed with no changed verdicts"
     ]
     assert render(doc2, _id)[-1] == "Gate: BLOCK (exit 3)"
@@ -542,7 +542,7 @@ def test_example_walkthrough_compare(
     for name in ("recall_at_2", "ndcg_at_6"):  # graded means: the paired betting interval
         assert f"{name}: +0.0 points [-27.6, +27.6] · 13 paired · 0 missing · 0 excluded" in lines
     assert (
-        "13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
+        "answer_correct: 13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
         "about 73 would be needed with no changed verdicts"
     ) in lines
     assert lines[-4:] == [

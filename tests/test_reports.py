@@ -209,7 +209,7 @@ def test_example_first_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
 
 
 def test_slice_lines_wrap_and_say_insufficient_support() -> None:
-    from pytest_oloproof.render import SLICE_WIDTH, slice_lines
+    from pytest_oloproof.report.text import SLICE_WIDTH, slice_lines
 
     rows = [
         {"slice": "metadata.topic", "value": "billing", "criterion": f"criterion_{i}", "support": 5, "kind": "rate"}

@@ -319,14 +319,15 @@ def test_async_system_runs_many_cases_on_one_event_loop(pytester: pytest.Pyteste
 def test_progress_is_shown_on_request_and_off_by_default_without_a_terminal(pytester: pytest.Pytester) -> None:
     module = f"progsys_{uuid.uuid4().hex[:8]}"
     source = ASYNC_SYSTEM.replace('STATE["inflight"] >= 8', "True")
-    write_project(pytester.path, module, source, 6, "concurrency: 3\n")
+    # enough cases for pytest to wrap its line of dots: the progress line is written only between lines
+    write_project(pytester.path, module, source, 150, "concurrency: 3\n")
     quiet = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "-q")
     assert "cases/s" not in quiet.stdout.str()
     shown = pytester.runpytest(
         "--oloproof", "-p", "no:cacheprovider", "-q", "-o", "oloproof_progress=on", "-o", "oloproof_progress_interval=0"
     )
-    shown.assert_outcomes(passed=6)
-    shown.stdout.fnmatch_lines(["oloproof: */6 cases · 6 cache hits · 0 errors · * cases/s"])
+    shown.assert_outcomes(passed=150)
+    shown.stdout.fnmatch_lines(["oloproof: */150 cases · * cache hits · 0 errors · * cases/s"])
     for line in shown.stdout.lines:  # never glued to pytest's dots
         assert "oloproof: " not in line or line.startswith("oloproof: ") or line.startswith("Run ")
 

@@ -94,19 +94,61 @@ class Registry:
             raise ConfigError(f"{where}: evaluators[{index}]{key}: {exc}") from None
 
 
+def _init_chain(cls: type[Evaluator]) -> list[Any]:
+    """The constructors whose keyword-only parameters are settings of `cls`.
+
+    `cls.__init__`, and when it forwards ``**kwargs`` the constructors up the MRO it
+    forwards them to, so a subclass that adds one setting keeps every setting of its base.
+    """
+    chain: list[Any] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        if klass is object:
+            break
+        chain.append(init)
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            break
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+            break
+    return chain or [cls.__init__]
+
+
 def _options_of(cls: type[Evaluator]) -> dict[str, Any]:
-    sig = inspect.signature(cls.__init__)
-    return {
-        name: p.default
-        for name, p in sig.parameters.items()
-        if name not in ("self", "criterion", "asserts") and p.kind is inspect.Parameter.KEYWORD_ONLY
-    }
+    options: dict[str, Any] = {}
+    for init in _init_chain(cls):
+        for name, p in inspect.signature(init).parameters.items():
+            if name in ("self", "criterion", "asserts") or p.kind is not inspect.Parameter.KEYWORD_ONLY:
+                continue
+            options.setdefault(name, p.default)
+    return options
+
+
+def _hints_of(cls: type[Evaluator]) -> dict[str, Any]:
+    """Annotations of the settings, the nearest constructor's first; a constructor whose annotations
+    cannot be resolved contributes none (its settings are then passed on unchecked)."""
+    hints: dict[str, Any] = {}
+    seen: set[str] = set()
+    for init in _init_chain(cls):
+        own = [n for n, p in inspect.signature(init).parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        try:
+            resolved = typing.get_type_hints(init)
+        except Exception:
+            resolved = {}
+        for name in own:
+            if name not in seen and name in resolved:
+                hints[name] = resolved[name]
+        seen.update(own)
+    return hints
 
 
 def _validate_options(cls: type[Evaluator], options: dict[str, Any], where: str, index: int) -> dict[str, Any]:
     """Type-check options against the constructor's annotations, when they can be resolved."""
     try:
-        hints = typing.get_type_hints(cls.__init__)
+        hints = _hints_of(cls)
     except Exception:
         return dict(options)
     fields: dict[str, Any] = {}

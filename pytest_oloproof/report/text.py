@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .stats import round_outward
-from .usage import budget_line, fmt_cost, tokens_line
+from ..stats import round_outward
+from ..usage import budget_line, fmt_cost, tokens_line
 
 
 def pct(x: float) -> str:
@@ -92,7 +92,7 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
 
 def miss_lines(misses: Mapping[str, Any] | None) -> list[str]:
     """Why the caches missed, per stage (see missreasons.py)."""
-    from .missreasons import lines
+    from ..missreasons import lines
 
     return lines(misses)
 
@@ -163,24 +163,12 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
 
 
 def markdown_summary(record: Mapping[str, Any]) -> str:
-    """A GitHub step-summary section for one run."""
-    conf = float(record.get("confidence", 0.95))
-    out = [
-        f"### Oloproof · {record['system']['name']} · `{record['run_id']}` ({record['status']})",
-        "",
-        f"| criterion | estimate | {conf * 100:g}% interval | accounting |",
-        "|---|---|---|---|",
-    ]
-    for name, est, iv, acc in metric_rows(record.get("metrics") or {}):
-        out.append(f"| {name} | {est} | {iv} | {acc} |")
-    out.append("")
-    notes = accounting_lines(record.get("metrics") or {})
-    if notes:
-        out += [f"- {line}" for line in notes] + [""]
-    out += [f"`{line}`  " for line in cache_lines(record["cache"])]
-    out += [f"`{line.strip()}`  " for line in miss_lines(record.get("cache_misses"))]
-    out += [f"`{line}`  " for line in usage_lines(record)]
-    return "\n".join(out) + "\n"
+    """A GitHub step-summary section for one run (rendering-safe Markdown: see `report.markdown`)."""
+    from .markdown import run_markdown
+
+    metrics = record.get("metrics") or {}
+    cache = cache_lines(record["cache"]) + [line.strip() for line in miss_lines(record.get("cache_misses"))]
+    return run_markdown(record, metric_rows(metrics), accounting_lines(metrics), cache + usage_lines(record))
 
 
 def usage_lines(record: Mapping[str, Any]) -> list[str]:

@@ -1,4 +1,9 @@
-"""The `oloproof` command: a thin argparse face over the same core the plugin uses."""
+"""The `oloproof` command: a thin argparse face over the same core the plugin uses.
+
+This module holds what every subcommand shares (store lookup, output, exit codes) and the built-in
+commands. The other subcommands live in their own modules beside it and import only this one; the
+package's __init__ lists them and hands them to `main`, so nothing here imports them back.
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,13 @@ import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import OloproofError
-from .redaction import redact
-from .store import Store
+from ..errors import OloproofError
+from ..redaction import redact
+from ..store import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 4
 #: pytest's "no tests collected" (e.g. `oloproof run -k nomatch`), passed through as is
@@ -25,6 +31,20 @@ EXIT_PIPE = 141
 
 class UsageError(OloproofError):
     """Bad command-line usage: exit 2."""
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A subcommand defined in its own module: its name, how to add its parser, and its command.
+
+    `inspects` names the stored kind whose `oloproof inspect` text `inspect` renders, if any.
+    """
+
+    name: str
+    add_parser: Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]
+    run: Callable[[argparse.Namespace], int]
+    inspects: str | None = None
+    inspect: Callable[[dict[str, Any], str], list[str]] | None = None
 
 
 class _UsageExit(SystemExit):
@@ -96,7 +116,7 @@ def _store_from(args: argparse.Namespace) -> Store:
         return Store(root)
     cfg_path = Path(getattr(args, "config", None) or "oloproof.yaml")
     if cfg_path.is_file():
-        from .config import load_config
+        from ..config import load_config
 
         return Store(load_config(cfg_path).store_dir)
     if getattr(args, "config", None):
@@ -127,7 +147,7 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
         blocked = False
 
         def pytest_unconfigure(self, config: pytest.Config) -> None:
-            from .plugin import PLUGIN_KEY
+            from ..plugin import PLUGIN_KEY
 
             plugin = config.stash.get(PLUGIN_KEY, None)
             self.blocked = plugin is not None and plugin.gate_exit == EXIT_BLOCK
@@ -145,7 +165,7 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from .store import RecordError
+    from ..store import RecordError
 
     store = _store_from(args)
     rows: list[dict[str, Any]] = []
@@ -176,7 +196,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from .render import case_line, run_summary
+    from ..report.text import case_line, run_summary
 
     store = _store_from(args)
     kind, full = store.resolve(args.id)
@@ -188,17 +208,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         _emit(args, record, lines)
         return EXIT_OK
     doc = store.load_doc(kind, full)
-    renderer = INSPECTORS.get(kind)
+    renderer = getattr(args, "inspectors", {}).get(kind)
     lines = renderer(doc, full) if renderer else [json.dumps(doc, indent=2)]
     _emit(args, {"id": full, **doc}, lines)
     return EXIT_OK
 
 
-INSPECTORS: dict[str, Callable[[dict[str, Any], str], list[str]]] = {}
-
-
 def cmd_cache(args: argparse.Namespace) -> int:
-    from .cache import Caches
+    from ..cache import Caches
 
     store = _store_from(args)
     caches = Caches(store.cache_dir)
@@ -223,7 +240,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------ parser
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(subcommands: Sequence[Subcommand] = ()) -> argparse.ArgumentParser:
     parser = _Parser(prog="oloproof", description="Evaluate RAG systems and learn why answers were wrong.")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -237,17 +254,17 @@ def build_parser() -> argparse.ArgumentParser:
     common(p)
     p = sub.add_parser("inspect", help="show a run, diagnosis or comparison (id or unique prefix)")
     p.add_argument("id")
+    p.set_defaults(inspectors={s.inspects: s.inspect for s in subcommands if s.inspects and s.inspect})
     common(p)
     p = sub.add_parser("cache", help="cache statistics or clearing")
     p.add_argument("action", choices=["stats", "clear"])
     common(p)
-    for extend in EXTENSIONS:
-        extend(sub, common)
+    for s in subcommands:
+        s.add_parser(sub, common)
     return parser
 
 
-#: other modules add subcommands here (diagnose, compare, validate-judge)
-EXTENSIONS: list[Callable[[Any, Callable[[argparse.ArgumentParser], None]], None]] = []
+#: the built-in commands; the others come as `Subcommand`s from the package's __init__
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "runs": cmd_runs,
     "inspect": cmd_inspect,
@@ -255,18 +272,15 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
-def _load_extensions() -> None:
-    from . import cli_extensions  # noqa: F401 - registers diagnose/compare/validate-judge
-
-
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, subcommands: Sequence[Subcommand] = ()) -> int:
+    """The command with the built-in commands and `subcommands` (`pytest_oloproof.cli.main` passes them all)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "run":
         return cmd_run(argparse.Namespace(), argv[1:])
     as_json = "--json" in argv
     try:
         try:
-            return _dispatch(argv, as_json)
+            return _dispatch(argv, as_json, subcommands)
         finally:
             sys.stdout.flush()  # a reader that went away shows here at the latest, not at interpreter exit
     except BrokenPipeError:
@@ -274,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PIPE
 
 
-def _dispatch(argv: list[str], as_json: bool) -> int:
+def _dispatch(argv: list[str], as_json: bool, subcommands: Sequence[Subcommand]) -> int:
     """Run one command; every error is text on stderr, and with --json also a JSON object on stdout."""
 
     def fail(code: int, message: str, text: str | None = None) -> int:
@@ -286,10 +300,9 @@ def _dispatch(argv: list[str], as_json: bool) -> int:
         return code
 
     try:
-        _load_extensions()
-        parser = build_parser()
+        parser = build_parser(subcommands)
         args = parser.parse_args(argv)
-        return COMMANDS[args.command](args)
+        return {**COMMANDS, **{s.name: s.run for s in subcommands}}[args.command](args)
     except _UsageExit as exc:  # already printed by the parser
         return fail(EXIT_USAGE, exc.message)
     except SystemExit as exc:
@@ -305,10 +318,3 @@ def _dispatch(argv: list[str], as_json: bool) -> int:
     except Exception as exc:
         text = "oloproof: internal error\n" + traceback.format_exc()
         return fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}", text)
-
-
-if __name__ == "__main__":  # pragma: no cover - `python -m pytest_oloproof.cli`
-    # run the package's module, not this __main__ copy, so subcommands registered on it are seen
-    from pytest_oloproof.cli import main as _main
-
-    raise SystemExit(_main())

@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from . import cli
+from . import core as cli
 
 
 def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -21,8 +21,8 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from .compare import render, run_comparison
-    from .policy import load_policy
+    from ..compare import render, run_comparison
+    from ..policy import load_policy
 
     policy = load_policy(args.policy) if args.policy else None
     store = cli._store_from(args)
@@ -33,11 +33,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def inspect_lines(doc: dict[str, Any], doc_id: str) -> list[str]:
     """`oloproof inspect COMPARISON_ID`: the same text `oloproof compare` printed."""
-    from .compare import render
+    from ..compare import render
 
     return render(doc, doc_id)
 
 
-cli.EXTENSIONS.append(add_parser)
-cli.COMMANDS["compare"] = cmd_compare
-cli.INSPECTORS["comparison"] = inspect_lines
+SUBCOMMAND = cli.Subcommand("compare", add_parser, cmd_compare, inspects="comparison", inspect=inspect_lines)

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli
-from .options import parse_positive_int
+from ..options import parse_positive_int
+from . import core as cli
 
 # diagnose.py (and scipy behind the runner) is imported only when a diagnosis runs, so that
 # registering the subcommand keeps every other `oloproof` command quick to start
@@ -36,9 +36,9 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 def load_evaluation(config: str | None, store: str | None) -> Any:
     """The configured system and evaluators, with the store of --store when given."""
-    from .cache import Caches
-    from .runner import Evaluation
-    from .store import Store
+    from ..cache import Caches
+    from ..runner import Evaluation
+    from ..store import Store
 
     path = Path(config or "oloproof.yaml")
     if not path.is_file():
@@ -49,7 +49,7 @@ def load_evaluation(config: str | None, store: str | None) -> Any:
         ev.caches = Caches(ev.store.cache_dir, ev.caches.mode)
     reason = ev.caches.disable_if_unusable()
     if reason is not None:
-        from .cache import clear_command
+        from ..cache import clear_command
 
         _warn(
             f"the cache at {ev.store.cache_dir} is unusable ({reason}); this diagnosis is uncached. "
@@ -59,13 +59,13 @@ def load_evaluation(config: str | None, store: str | None) -> Any:
 
 
 def _warn(message: str) -> None:
-    from .redaction import redact
+    from ..redaction import redact
 
     sys.stderr.write(redact(f"oloproof: warning: {message}\n"))
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from .diagnose import Diagnoser, Request
+    from ..diagnose import Diagnoser, Request
 
     ev = load_evaluation(args.config, args.store)
     request = Request(
@@ -94,11 +94,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
-    from .diagnose import case_lines
+    from ..diagnose import case_lines
 
     return case_lines(doc)
 
 
-cli.EXTENSIONS.append(_add)
-cli.COMMANDS["diagnose"] = cmd_diagnose
-cli.INSPECTORS["diagnosis"] = _inspect
+SUBCOMMAND = cli.Subcommand("diagnose", _add, cmd_diagnose, inspects="diagnosis", inspect=_inspect)

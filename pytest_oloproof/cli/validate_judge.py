@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from . import cli
-from .errors import ConfigError
-from .evaluation import judge_one
-from .evaluators.base import CriterionValue, EvalInput
+from ..errors import ConfigError
+from ..evaluation import judge_one
+from ..evaluators.base import CriterionValue, EvalInput
+from . import core as cli
 
 
 class JudgeNotPassed(ConfigError):
@@ -32,8 +32,8 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 
 def cmd_validate_judge(args: argparse.Namespace) -> int:
-    from .judge_validation import validate_judge  # scipy: imported only when validating
-    from .runner import Evaluation
+    from ..judge_validation import validate_judge  # scipy: imported only when validating
+    from ..runner import Evaluation
 
     config = Path(args.config or "oloproof.yaml")
     if not config.is_file():
@@ -79,6 +79,7 @@ def validation_lines(record: dict[str, Any], doc_id: str) -> list[str]:
         f"Labels: {record['n']} examples, {record['judged']} judged, {record['judge_failures']} judge failures",
         f"Agreement: {num(acc.get('accuracy'))} [{num(acc.get('low'))}, {num(acc.get('high'))}]",
         f"Cohen's kappa: {num(kappa.get('value'))} [{num(kappa.get('low'))}, {num(kappa.get('high'))}]",
+        *confusion_lines(record.get("confusion")),
         f"Validation: {'PASSED' if record['passed'] else 'NOT PASSED'}"
         + ("" if record["passed"] else " — " + "; ".join(record.get("reasons") or [])),
         f"Validation {doc_id}",
@@ -86,10 +87,29 @@ def validation_lines(record: dict[str, Any], doc_id: str) -> list[str]:
     return lines
 
 
+def confusion_lines(confusion: Mapping[str, Any] | None) -> list[str]:
+    """The judged examples as a 2x2 table: human label by judge verdict (failures are not in it)."""
+    if not confusion:
+        return []
+    cells = {k: int(v) for k, v in confusion.items()}
+    pp, pf = cells.get("human_pass_judge_pass", 0), cells.get("human_pass_judge_fail", 0)
+    fp, ff = cells.get("human_fail_judge_pass", 0), cells.get("human_fail_judge_fail", 0)
+    rows = [
+        ("", "judge pass", "judge fail", "total"),
+        ("human pass", str(pp), str(pf), str(pp + pf)),
+        ("human fail", str(fp), str(ff), str(fp + ff)),
+        ("total", str(pp + fp), str(pf + ff), str(pp + pf + fp + ff)),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    body = [
+        "  " + r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
+        for r in rows
+    ]
+    return ["Confusion (human label × judge verdict, judged examples only):", *body]
+
+
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
     return validation_lines(doc, doc_id)
 
 
-cli.EXTENSIONS.append(_add)
-cli.COMMANDS["validate-judge"] = cmd_validate_judge
-cli.INSPECTORS["judge_validation"] = _inspect
+SUBCOMMAND = cli.Subcommand("validate-judge", _add, cmd_validate_judge, inspects="judge_validation", inspect=_inspect)

@@ -1,0 +1,45 @@
+"""The `oloproof` command line: `main` is the console script.
+
+core.py holds the shared pieces and the built-in commands (run, runs, inspect, cache); each other
+subcommand lives in a module of its own, which imports core.py only. This front door lists them;
+neither core.py nor a subcommand imports it, so there is no import circle to keep in mind.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+from . import compare, core, diagnose, report, validate_judge
+from .core import EXIT_BLOCK, EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Subcommand, UsageError
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    compare.SUBCOMMAND,
+    diagnose.SUBCOMMAND,
+    validate_judge.SUBCOMMAND,
+    report.SUBCOMMAND,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole parser, every subcommand included."""
+    return core.build_parser(SUBCOMMANDS)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`oloproof ARGS`: the exit status of the command."""
+    return core.main(argv, SUBCOMMANDS)
+
+
+__all__ = [
+    "EXIT_BLOCK",
+    "EXIT_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "SUBCOMMANDS",
+    "Subcommand",
+    "UsageError",
+    "build_parser",
+    "main",
+]

@@ -1,8 +1,0 @@
-"""Subcommands that live beside their core modules register themselves here.
-
-Each *_cli module is light: the core it drives (and scipy) is imported only when its command runs.
-"""
-
-from __future__ import annotations
-
-from . import compare_cli, diagnose_cli, judge_cli  # noqa: F401

@@ -1,0 +1,1 @@
+"""Renderers of runs, diagnoses and comparisons, over one view model (model.py)."""
