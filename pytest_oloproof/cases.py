@@ -83,7 +83,7 @@ def _resolve(spec: object, base: Path, errors: list[str]) -> list[Path]:
         if not items:
             errors.append("cases: the list of case files is empty")
     else:
-        errors.append(f"cases: expected a path, a glob or a list of them, got {_type_name(spec)}")
+        errors.append(f"cases: expected a path, a glob or a list of them, got {json_type_name(spec)}")
         return []
     files: list[Path] = []
     seen: set[str] = set()
@@ -219,7 +219,7 @@ def _non_finite(value: Any, path: str) -> Iterator[tuple[str, str]]:
 def _build_case(obj: Any, loc: str, first_seen: dict[str, str], errors: list[str]) -> Case | None:
     """Validate one parsed line; return the Case, or None when it has errors."""
     if not isinstance(obj, dict):
-        errors.append(f"{loc}: each line must be a JSON object, got {_type_name(obj)}")
+        errors.append(f"{loc}: each line must be a JSON object, got {json_type_name(obj)}")
         return None
     before = len(errors)
     _check_keys(obj, CASE_KEYS, "", loc, errors)
@@ -365,8 +365,8 @@ def _non_empty_str(value: Any) -> bool:
     return isinstance(value, str) and bool(value.strip())
 
 
-def _type_name(value: Any) -> str:
-    """The JSON name of a parsed value's type."""
+def json_type_name(value: Any) -> str:
+    """The JSON name of a parsed value's type (for error messages about case files and stored records)."""
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -375,9 +375,9 @@ def _type_name(value: Any) -> str:
         return "number"
     if isinstance(value, str):
         return "string"
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return "list"
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return "object"
     return type(value).__name__
 

@@ -802,21 +802,21 @@ def _error_record(case: Case, plan: Plan, reason: str, error: dict[str, Any]) ->
     }
 
 
+def internal_error(exc: BaseException) -> dict[str, Any]:
+    """The error entry of a case that hit an error in Oloproof's own code, with the traceback."""
+    return {
+        "stage": "oloproof",
+        "type": type(exc).__name__,
+        "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        "transient": False,
+        "reason": "internal_error",
+    }
+
+
 def internal_error_record(case: Case, exc: BaseException, plan: Plan = NORMAL) -> dict[str, Any]:
     """A case that hit an error in Oloproof's own code: recorded, every criterion missing, with the traceback."""
-    return _error_record(
-        case,
-        plan,
-        "internal_error",
-        {
-            "stage": "oloproof",
-            "type": type(exc).__name__,
-            "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-            "transient": False,
-            "reason": "internal_error",
-        },
-    )
+    return _error_record(case, plan, "internal_error", internal_error(exc))
 
 
 def _passage(c: Mapping[str, Any]) -> Passage:

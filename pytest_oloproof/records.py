@@ -16,6 +16,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .cases import json_type_name
+
 
 class _Stored(BaseModel):
     """Strict types (no "1" for 1, no 1 for true), unknown keys kept."""
@@ -170,7 +172,7 @@ def problems(exc: ValidationError, prefix: str = "") -> str:
         got = _preview(err.get("input"))
         what = re.sub(r" or instance of \w+", "", err["msg"]).replace("Input should be", "should be")
         if not path:
-            out.append(f"expected a JSON object, got {_json_type(err.get('input'))}")
+            out.append(f"expected a JSON object, got {json_type_name(err.get('input'))}")
             continue
         if err["type"] == "missing":
             out.append(f"{path}: missing required key")
@@ -240,22 +242,6 @@ def _is_candidate(c: Any) -> bool:
         and (tokens is None or type(tokens) is int)
         and (meta is None or type(meta) is dict)
     )
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    if isinstance(value, Mapping):
-        return "object"
-    return type(value).__name__
 
 
 def _preview(value: Any, limit: int = 40) -> str:

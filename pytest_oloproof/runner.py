@@ -18,7 +18,7 @@ from .errors import CaseFileError, ConfigError, StoreError
 from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
-from .execute import NORMAL, Engine, Plan, ResolvedSystem, resolve_system
+from .execute import NORMAL, Engine, Plan, ResolvedSystem, internal_error, resolve_system
 from .identity import case_digest, case_set_digest, settings_identity
 from .missreasons import explain as explain_misses
 from .store import RunWriter, Store, new_run_id, write_json_stream
@@ -242,16 +242,7 @@ def internal_error_case(rec: Mapping[str, Any], exc: BaseException, criteria: It
     So no case ever vanishes from a run: the run's cases are the selected cases, and
     every metric's observed + missing + excluded is the number of cases.
     """
-    import traceback
-
-    error = {
-        "stage": "oloproof",
-        "type": type(exc).__name__,
-        "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "transient": False,
-        "reason": "internal_error",
-    }
+    error = internal_error(exc)
     cache = rec.get("cache")
     plain = {k: cache.get(k) for k in ("execution", "retrieve", "generate")} if isinstance(cache, Mapping) else {}
     return {

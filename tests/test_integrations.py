@@ -412,3 +412,180 @@ def test_a_document_without_an_id_is_a_clear_case_error(pytester: pytest.Pyteste
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
     result.assert_outcomes(failed=8)
     result.stdout.fnmatch_lines(["*ContractError: the document at position 1 has no metadata?'source'? (doc_id_key)*"])
+
+
+# ---------------------------------------------------------------- token usage through report_usage
+
+METERED_LANGCHAIN = (
+    LANGCHAIN_APP
+    + """
+from langchain_core.language_models.fake_chat_models import FakeListChatModel, FakeMessagesListChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.output_parsers import StrOutputParser
+from langchain_core.prompts import ChatPromptTemplate
+
+prompt = ChatPromptTemplate.from_messages([('human', 'Context: {{context}}\\nQuestion: {{question}}')])
+reply = AIMessage(
+    content="w3 it is",
+    usage_metadata={{
+        "input_tokens": 30, "output_tokens": 4, "total_tokens": 34, "input_token_details": {{"cache_read": 10}}
+    }},
+    response_metadata={{"model_name": "fake-gen"}},
+)
+metered = prompt | FakeMessagesListChatModel(responses=[reply]) | StrOutputParser()
+mrag = langchain_system(store.as_retriever(), metered, name="lc-metered", depth=4, top_k=2)
+amrag = langchain_system(store.as_retriever(), metered, asynchronous=True, name="lc-metered", depth=4, top_k=2)
+silent = langchain_system(
+    store.as_retriever(), prompt | FakeListChatModel(responses=["w3"]) | StrOutputParser(), name="lc-silent", depth=4
+)
+"""
+)
+
+METERED_LLAMA = (
+    LLAMA_APP
+    + """
+from llama_index.core.llms import CompletionResponse
+from llama_index.core.llms.callbacks import llm_completion_callback
+
+
+class MeteredLLM(MockLLM):
+    \"\"\"MockLLM whose replies carry the provider usage a real LLM class puts in raw.\"\"\"
+
+    @llm_completion_callback()
+    def complete(self, prompt, formatted=False, **kwargs):
+        return CompletionResponse(
+            text="w0 it is", raw={{"model": "mock-gen", "usage": {{"prompt_tokens": 50, "completion_tokens": 5}}}}
+        )
+
+
+mrag = llama_index_system(index, llm=MeteredLLM(), name="li-metered", depth=5, top_k=3)
+amrag = llama_index_system(index, llm=MeteredLLM(), asynchronous=True, name="li-metered", depth=5, top_k=3)
+silent = llama_index_system(index, llm=MockLLM(), name="li-silent", depth=5, top_k=3)
+"""
+)
+
+PRICED = "pricing:\n  fake-gen: {input: 1.0, output: 2.0, cached_input: 0.5}\n  mock-gen: {input: 1.0, output: 2.0}\n"
+
+
+def metered_project(pytester: pytest.Pytester, source: str, attr: str) -> None:
+    project(pytester, source, attr=attr)
+    config = pytester.path / "oloproof.yaml"
+    config.write_text(config.read_text().rstrip("\n") + "\n" + PRICED)
+
+
+def report(pytester: pytest.Pytester, name: str) -> tuple[pytest.RunResult, dict[str, Any]]:
+    result, _ = run(pytester, "--oloproof-report", name)
+    doc: dict[str, Any] = json.loads((pytester.path / name).read_text(encoding="utf-8"))
+    return result, doc
+
+
+@pytest.mark.parametrize("attr", ["mrag", "amrag"])
+def test_langchain_usage_metadata_reaches_the_tokens_line_through_a_str_output_parser(
+    pytester: pytest.Pytester, attr: str
+) -> None:
+    metered_project(pytester, METERED_LANGCHAIN, attr)
+    result, doc = report(pytester, "r1.json")
+    for case in doc["cases"]:
+        assert case["usage"]["stages"] == {
+            "generate": [{"model": "fake-gen", "input_tokens": 30, "output_tokens": 4, "cached_input_tokens": 10}]
+        }  # LangChain retrievers report nothing, so retrieval records nothing (not 0)
+    system = doc["usage"]["system"]
+    assert (system["calls"], system["input_tokens"], system["output_tokens"], system["cached_input_tokens"]) == (
+        8,
+        240,
+        32,
+        80,
+    )
+    assert system["cost"] == pytest.approx(8 * (20 * 1.0 + 10 * 0.5 + 4 * 2.0) / 1e6, abs=1e-12)
+    result.stdout.fnmatch_lines(
+        ["Tokens: judges 0 calls; system 8 calls, 240 in / 32 out (80 cached in), ~$0.00026; saved nothing"]
+    )  # the line the README quotes
+    result, again = report(pytester, "r2.json")  # served by the cache: what it saved
+    result.stdout.fnmatch_lines(
+        ["Tokens: judges 0 calls; system none reported; saved 8 system calls, 272 tokens, ~$0.00026"]
+    )
+    assert again["usage"]["system"]["calls"] == 0 and again["usage"]["saved"]["system"]["calls"] == 8
+    assert again["usage"]["saved"]["tokens"] == 8 * 34
+
+
+def test_langchain_model_without_usage_is_unknown_never_zero(pytester: pytest.Pytester) -> None:
+    metered_project(pytester, METERED_LANGCHAIN, "silent")
+    result, doc = report(pytester, "r.json")
+    system = doc["usage"]["system"]
+    assert (system["calls"], system["unknown_calls"], system["input_tokens"], system["cost"]) == (8, 8, None, None)
+    result.stdout.fnmatch_lines(["Tokens: judges 0 calls; system 8 calls, tokens unknown (not reported)*"])
+
+
+@pytest.mark.parametrize("attr", ["mrag", "amrag"])
+def test_llama_index_raw_usage_reaches_the_tokens_line(pytester: pytest.Pytester, attr: str) -> None:
+    metered_project(pytester, METERED_LLAMA, attr)
+    result, doc = report(pytester, "r.json")
+    for case in doc["cases"]:
+        assert case["usage"]["stages"] == {
+            "generate": [{"model": "mock-gen", "input_tokens": 50, "output_tokens": 5, "cached_input_tokens": None}]
+        }  # one synthesizer call per case; MockEmbedding reports nothing, so retrieval records nothing
+    system = doc["usage"]["system"]
+    assert (system["calls"], system["input_tokens"], system["output_tokens"]) == (8, 400, 40)
+    assert system["cost"] == pytest.approx(8 * (50 * 1.0 + 5 * 2.0) / 1e6, abs=1e-12)
+    result.stdout.fnmatch_lines(["Tokens: judges 0 calls; system 8 calls, 400 in / 40 out, ~$*"])
+
+
+def test_llama_index_mock_llm_usage_is_unknown_and_a_chat_counts_once(pytester: pytest.Pytester) -> None:
+    metered_project(pytester, METERED_LLAMA, "silent")
+    result, doc = report(pytester, "r.json")
+    system = doc["usage"]["system"]
+    assert (system["calls"], system["unknown_calls"], system["input_tokens"]) == (8, 8, None)
+    result.stdout.fnmatch_lines(["Tokens: judges 0 calls; system 8 calls, tokens unknown (not reported)*"])
+
+
+def test_llama_index_usage_handler_counts_a_completion_inside_a_chat_once() -> None:
+    """CustomLLM.chat calls complete: two LlamaIndex events, one paid call; outside a stage nothing is reported."""
+    from llama_index.core.llms import ChatMessage, CompletionResponse, MockLLM
+    from llama_index.core.llms.callbacks import llm_completion_callback
+
+    from pytest_oloproof import usage
+    from pytest_oloproof.integrations import llama_index as adapter
+
+    class Metered(MockLLM):
+        @llm_completion_callback()
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            return CompletionResponse(text="ok", raw={"usage": {"prompt_tokens": len(prompt), "completion_tokens": 2}})
+
+    adapter.install_usage_handler()
+    llm = Metered()
+    with usage.collect() as got:
+        reply = adapter._metered(lambda: llm.chat([ChatMessage(role="user", content="abc")]))
+        llm.complete("not inside an adapter stage")
+    prompt_len = len(llm.messages_to_prompt([ChatMessage(role="user", content="abc")]))
+    assert reply.message.content == "ok"
+    assert got == [{"model": None, "input_tokens": prompt_len, "output_tokens": 2, "cached_input_tokens": None}]
+
+
+def test_langchain_usage_callback_reads_llm_output_when_messages_carry_none() -> None:
+    """A completion LLM's usage comes in llm_output (OpenAI's token_usage); per-message usage_metadata wins."""
+    from uuid import uuid4
+
+    from langchain_core.messages import AIMessage
+    from langchain_core.outputs import ChatGeneration, Generation, LLMResult
+
+    from pytest_oloproof import usage
+    from pytest_oloproof.integrations.langchain import UsageCallback
+
+    legacy = LLMResult(
+        generations=[[Generation(text="a")]],
+        llm_output={"token_usage": {"prompt_tokens": 12, "completion_tokens": 3}, "model_name": "legacy-m"},
+    )
+    message = AIMessage(content="b", usage_metadata={"input_tokens": 7, "output_tokens": 1, "total_tokens": 8})
+    chat = LLMResult(generations=[[ChatGeneration(message=message)]], llm_output={"token_usage": {"prompt_tokens": 99}})
+    handler = UsageCallback()
+    with usage.collect() as got:
+        run_id = uuid4()
+        handler.on_llm_start({}, ["p"], run_id=run_id, metadata={"ls_model_name": "chat-m"})
+        handler.on_llm_end(chat, run_id=run_id)
+        handler.on_llm_end(legacy, run_id=uuid4())
+        handler.on_llm_end(LLMResult(generations=[[Generation(text="c")]]), run_id=uuid4())
+    assert got == [
+        {"model": "chat-m", "input_tokens": 7, "output_tokens": 1, "cached_input_tokens": None},
+        {"model": "legacy-m", "input_tokens": 12, "output_tokens": 3, "cached_input_tokens": None},
+        {"model": None, "input_tokens": None, "output_tokens": None, "cached_input_tokens": None},
+    ]

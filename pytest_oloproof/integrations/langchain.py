@@ -7,25 +7,89 @@ and ``system.rag.object: app:rag`` in oloproof.yaml. The retriever is called wit
 configured depth (``k=depth``); its documents become Passages in the order it returned
 them; the chain receives the case input plus ``context``: exactly the context Oloproof
 assembled, as LangChain Documents.
+
+Token usage: the chain is invoked with a callback handler (``UsageCallback``, added to
+any callbacks the chain already has) that reports every model call that ends inside it
+through ``pytest_oloproof.report_usage``: the AIMessage's ``usage_metadata`` (input,
+output, cached-read tokens), else the LLM result's ``llm_output`` token usage, with the
+model name from ``response_metadata``/``llm_output``. So the ``Tokens:`` line counts the
+generation whatever the chain's last step is (a StrOutputParser included). A model call
+that reported no usage is recorded as one call of unknown usage, never as 0 tokens.
+LangChain retrievers and embeddings report no usage, so retrieval records none unless
+your own code calls ``report_usage``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+from uuid import UUID
 
 from ..errors import ContractError
 from ..system import Passage, Retrieval
+from ..usage import report_usage
 from ._common import chunk_or_none, query_of, rag_settings, require, token_counter
 
 require("langchain_core", "langchain", "langchain", "langchain-core")
 
+from langchain_core.callbacks import BaseCallbackHandler  # noqa: E402
 from langchain_core.documents import Document  # noqa: E402
-from langchain_core.messages import BaseMessage  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, LLMResult  # noqa: E402
 from langchain_core.retrievers import BaseRetriever  # noqa: E402
-from langchain_core.runnables import Runnable  # noqa: E402
+from langchain_core.runnables import Runnable, RunnableConfig  # noqa: E402
 
-__all__ = ["AsyncLangChainSystem", "LangChainSystem", "langchain_system"]
+__all__ = ["AsyncLangChainSystem", "LangChainSystem", "UsageCallback", "langchain_system"]
+
+
+def _model_name(*sources: Any) -> str | None:
+    for meta in sources:
+        if isinstance(meta, Mapping):
+            for key in ("model_name", "model", "ls_model_name"):
+                if isinstance(meta.get(key), str) and meta[key]:
+                    return str(meta[key])
+    return None
+
+
+class UsageCallback(BaseCallbackHandler):
+    """Reports each model call that ends under it through ``report_usage`` (one entry per prompt).
+
+    The usage is the generation message's ``usage_metadata``; else the result's
+    ``llm_output["token_usage"]`` (or ``["usage"]``); else the call is one of unknown
+    usage. ``run_inline``: called in the caller's context, where Oloproof collects usage.
+    """
+
+    run_inline = True
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self._started: dict[UUID, Any] = {}
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._started[run_id] = kwargs.get("metadata")
+
+    def on_llm_start(self, serialized: Any, prompts: Any, *, run_id: UUID, **kwargs: Any) -> None:
+        self._started[run_id] = kwargs.get("metadata")
+
+    def on_llm_end(self, response: LLMResult, *, run_id: UUID, **kwargs: Any) -> None:
+        started = self._started.pop(run_id, None)
+        llm_output = response.llm_output if isinstance(response.llm_output, Mapping) else {}
+        call_usage = llm_output.get("token_usage") or llm_output.get("usage")
+        reported = False
+        for candidates in response.generations:
+            for gen in candidates:
+                message = gen.message if isinstance(gen, ChatGeneration) else None
+                if isinstance(message, AIMessage) and message.usage_metadata:
+                    model = _model_name(message.response_metadata, llm_output, started)
+                    report_usage(model=model, usage=dict(message.usage_metadata))
+                    self.calls += 1
+                    reported = True
+                    break  # one entry per prompt: the first candidate carries the call's usage
+        if not reported:
+            messages = [g.message for c in response.generations for g in c if isinstance(g, ChatGeneration)]
+            meta = messages[0].response_metadata if messages else None
+            report_usage(model=_model_name(meta, llm_output, started), usage=call_usage or None)
+            self.calls += 1
 
 
 class LangChainSystem:
@@ -127,7 +191,11 @@ class LangChainSystem:
 
     def generate(self, input: Any, context: Sequence[Passage]) -> Mapping[str, Any]:
         """Invoke the chain on the case input plus ``context``: the assembled Documents."""
-        return self._output(self.chain.invoke(self._chain_input(input, context)))
+        return self._output(self.chain.invoke(self._chain_input(input, context), config=self._config()))
+
+    def _config(self) -> RunnableConfig:
+        """The run config carrying a fresh usage callback (merged with the chain's own callbacks)."""
+        return RunnableConfig(callbacks=[UsageCallback()])
 
     def _output(self, result: Any) -> Mapping[str, Any]:
         if self.output is not None:
@@ -167,7 +235,7 @@ class AsyncLangChainSystem(LangChainSystem):
         return self._retrieval(query, depth, docs)
 
     async def generate(self, input: Any, context: Sequence[Passage]) -> Mapping[str, Any]:  # type: ignore[override]
-        return self._output(await self.chain.ainvoke(self._chain_input(input, context)))
+        return self._output(await self.chain.ainvoke(self._chain_input(input, context), config=self._config()))
 
 
 def langchain_system(

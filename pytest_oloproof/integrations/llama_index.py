@@ -9,16 +9,29 @@ returned them (doc_id from the node's source document, chunk_id from the node id
 scores kept); the synthesizer receives exactly the context Oloproof assembled, as
 NodeWithScore. llama-index-core ships the tiktoken and NLTK files it uses, so it
 runs offline as installed.
+
+Token usage: the adapter adds one event handler to LlamaIndex's root instrumentation
+dispatcher. While the adapter's generate (or retrieve) runs, every LLM chat or
+completion that ends is reported through ``pytest_oloproof.report_usage``: the usage
+the provider returned in the response's ``raw`` (``raw["usage"]`` or ``raw.usage``),
+else the ``prompt_tokens``/``completion_tokens`` LlamaIndex's OpenAI classes put in
+``additional_kwargs``; the model from the LLM's metadata ``model_name``, else the raw
+response's ``model``. A completion
+made inside a chat (how CustomLLM and MockLLM chat) counts once. An LLM that reports
+nothing (MockLLM) is one call of unknown usage, never 0: TokenCountingHandler is not
+used, because it counts with a tokenizer that need not be the model's (an estimate).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar
+from typing import Any, TypeVar
 
 from ..errors import ContractError
 from ..system import Passage, Retrieval
+from ..usage import report_usage
 from ._common import chunk_or_none, query_of, rag_settings, require, token_counter
 
 require("llama_index.core", "llama_index", "llamaindex", "llama-index-core")
@@ -26,11 +39,105 @@ require("llama_index.core", "llama_index", "llamaindex", "llama-index-core")
 from llama_index.core import get_response_synthesizer  # noqa: E402
 from llama_index.core.base.base_retriever import BaseRetriever  # noqa: E402
 from llama_index.core.base.response.schema import Response  # noqa: E402
+from llama_index.core.instrumentation import get_dispatcher  # type: ignore[attr-defined]  # noqa: E402
+from llama_index.core.instrumentation.event_handlers import BaseEventHandler  # noqa: E402
+from llama_index.core.instrumentation.events import BaseEvent  # noqa: E402
+from llama_index.core.instrumentation.events.llm import (  # noqa: E402
+    LLMChatEndEvent,
+    LLMChatStartEvent,
+    LLMCompletionEndEvent,
+    LLMCompletionStartEvent,
+)
 from llama_index.core.llms import LLM  # noqa: E402
 from llama_index.core.response_synthesizers import BaseSynthesizer  # noqa: E402
 from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore, RelatedNodeInfo, TextNode  # noqa: E402
 
-__all__ = ["AsyncLlamaIndexSystem", "LlamaIndexSystem", "llama_index_system"]
+__all__ = ["AsyncLlamaIndexSystem", "LlamaIndexSystem", "UsageEventHandler", "llama_index_system"]
+
+
+T = TypeVar("T")
+
+#: the LLM calls open in this context while an adapter stage runs (None: not inside one, report nothing)
+_OPEN: ContextVar[tuple[dict[str, Any], ...] | None] = ContextVar("oloproof_llama_index_calls", default=None)
+_INSTALL_LOCK = threading.Lock()
+_installed = False
+
+
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, Mapping) else getattr(obj, key, None)
+
+
+def _response_usage(response: Any) -> tuple[Any, str | None]:
+    """(usage, model) a chat or completion response carries, each None when it says nothing."""
+    if response is None:
+        return None, None
+    raw = getattr(response, "raw", None)
+    usage = _get(raw, "usage") if raw is not None else None
+    model = _get(raw, "model") if raw is not None else None
+    if usage is None:
+        extra = getattr(response, "additional_kwargs", None) or {}
+        if not extra and getattr(response, "message", None) is not None:
+            extra = response.message.additional_kwargs or {}
+        if isinstance(extra, Mapping) and ("prompt_tokens" in extra or "completion_tokens" in extra):
+            usage = {"prompt_tokens": extra.get("prompt_tokens"), "completion_tokens": extra.get("completion_tokens")}
+    return usage, (model if isinstance(model, str) and model else None)
+
+
+class UsageEventHandler(BaseEventHandler):
+    """Reports the LLM calls that end inside an adapter stage (outermost call only) through report_usage."""
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "OloproofUsageEventHandler"
+
+    def handle(self, event: BaseEvent, **kwargs: Any) -> Any:
+        frames = _OPEN.get()
+        if frames is None:
+            return None
+        if isinstance(event, (LLMChatStartEvent, LLMCompletionStartEvent)):
+            md = event.model_dict or {}
+            model = md.get("model") or md.get("model_name")  # LLMMetadata.model_name; "unknown" when unset
+            known = isinstance(model, str) and model and model != "unknown"
+            _OPEN.set((*frames, {"model": model if known else None, "usage": None}))
+        elif isinstance(event, (LLMChatEndEvent, LLMCompletionEndEvent)) and frames:
+            *outer, frame = frames
+            usage, model = _response_usage(event.response)
+            frame["usage"] = frame["usage"] if usage is None else usage
+            frame["model"] = frame["model"] or model
+            if outer:  # a completion inside a chat: the outer call reports it, once
+                parent = outer[-1]
+                parent["usage"] = parent["usage"] if frame["usage"] is None else frame["usage"]
+                parent["model"] = parent["model"] or frame["model"]
+            else:
+                report_usage(model=frame["model"], usage=frame["usage"])
+            _OPEN.set(tuple(outer))
+        return None
+
+
+def install_usage_handler() -> None:
+    """Add the usage handler to LlamaIndex's root dispatcher (once per process)."""
+    global _installed
+    with _INSTALL_LOCK:
+        if not _installed:
+            get_dispatcher().add_event_handler(UsageEventHandler())
+            _installed = True
+
+
+def _metered(fn: Callable[[], T]) -> T:
+    """Run one stage with LLM usage reporting on (a fresh stack: a call left open by an error cannot leak)."""
+    token = _OPEN.set(())
+    try:
+        return fn()
+    finally:
+        _OPEN.reset(token)
+
+
+async def _ametered(fn: Callable[[], Awaitable[T]]) -> T:
+    token = _OPEN.set(())
+    try:
+        return await fn()
+    finally:
+        _OPEN.reset(token)
 
 
 class LlamaIndexSystem:
@@ -70,6 +177,7 @@ class LlamaIndexSystem:
         self.__oloproof_rag__ = rag_settings(
             name=name, version=version, depth=depth, top_k=top_k, token_budget=token_budget, index_version=index_version
         )
+        install_usage_handler()
         tok = tokenizer
         counter = token_counter(count_tokens, None if tok is None else (lambda text: len(tok(text))))
         if counter is not None:  # only then: without a counter a token_budget is a configuration error
@@ -92,7 +200,7 @@ class LlamaIndexSystem:
     def retrieve(self, input: Any, depth: int) -> Retrieval:
         """Retrieve ``depth`` nodes; they become Passages in the retriever's order, scores kept."""
         query = query_of(input, self.query_key)
-        return self._retrieval(query, depth, self.retriever_for(depth).retrieve(query))
+        return self._retrieval(query, depth, _metered(lambda: self.retriever_for(depth).retrieve(query)))
 
     def _retrieval(self, query: str, depth: int, nodes: Sequence[NodeWithScore]) -> Retrieval:
         return Retrieval(
@@ -140,7 +248,8 @@ class LlamaIndexSystem:
     def generate(self, input: Any, context: Sequence[Passage]) -> Mapping[str, Any]:
         """Synthesize a response from exactly the assembled context."""
         query = query_of(input, self.query_key)
-        return self._output(self.synthesizer.synthesize(query, nodes=[self.node(p) for p in context]))
+        nodes = [self.node(p) for p in context]
+        return self._output(_metered(lambda: self.synthesizer.synthesize(query, nodes=nodes)))
 
     def _output(self, response: Any) -> Mapping[str, Any]:
         if self.output is not None:
@@ -158,11 +267,13 @@ class AsyncLlamaIndexSystem(LlamaIndexSystem):
 
     async def retrieve(self, input: Any, depth: int) -> Retrieval:  # type: ignore[override]
         query = query_of(input, self.query_key)
-        return self._retrieval(query, depth, await self.retriever_for(depth).aretrieve(query))
+        retriever = self.retriever_for(depth)
+        return self._retrieval(query, depth, await _ametered(lambda: retriever.aretrieve(query)))
 
     async def generate(self, input: Any, context: Sequence[Passage]) -> Mapping[str, Any]:  # type: ignore[override]
         query = query_of(input, self.query_key)
-        return self._output(await self.synthesizer.asynthesize(query, nodes=[self.node(p) for p in context]))
+        nodes = [self.node(p) for p in context]
+        return self._output(await _ametered(lambda: self.synthesizer.asynthesize(query, nodes=nodes)))
 
 
 def llama_index_system(
