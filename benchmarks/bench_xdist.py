@@ -70,7 +70,7 @@ def main() -> None:
             heavy = {"n": 300, "burn_s": args.burn_s}
             plans.append(
                 (
-                    "heavy: 300 cases, 20 ms of CPU each",
+                    f"heavy: 300 cases, {args.burn_s * 1e3:.0f} ms of CPU each",
                     heavy,
                     [
                         ("concurrency 1, one process", []),
