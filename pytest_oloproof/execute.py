@@ -502,10 +502,9 @@ class Engine:
         return box["rec"]  # type: ignore[no-any-return]
 
     def _timeout_record(self, case: Case, plan: Plan) -> dict[str, Any]:
-        return _error_record(
-            case,
-            plan,
-            "timeout",
+        return error_record(
+            case.id,
+            plan.label,
             {
                 "stage": "timeout",
                 "type": "Timeout",
@@ -658,10 +657,9 @@ class Engine:
         else:
             reason = "system_error"
             message = f"{stage}() raised {type(exc).__name__}: {exc}"
-        rec = _error_record(
-            case,
-            plan,
-            reason,
+        rec = error_record(
+            case.id,
+            plan.label,
             {
                 "stage": stage,
                 "type": type(exc).__name__,
@@ -788,17 +786,20 @@ def _user_traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _error_record(case: Case, plan: Plan, reason: str, error: dict[str, Any]) -> dict[str, Any]:
+def error_record(
+    case_id: str, plan_label: str, error: dict[str, Any], cache: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The record of a case that produced nothing but its error (system, timeout or internal)."""
     return {
-        "id": case.id,
-        "plan": plan.label,
+        "id": case_id,
+        "plan": plan_label,
         "retrieval": None,
         "context": None,
         "dropped": [],
         "context_truncated": False,
         "output": None,
         "error": error,
-        "cache": {"execution": "miss", "retrieve": None, "generate": None},
+        "cache": cache if cache is not None else {"execution": "miss", "retrieve": None, "generate": None},
     }
 
 
@@ -816,7 +817,7 @@ def internal_error(exc: BaseException) -> dict[str, Any]:
 
 def internal_error_record(case: Case, exc: BaseException, plan: Plan = NORMAL) -> dict[str, Any]:
     """A case that hit an error in Oloproof's own code: recorded, every criterion missing, with the traceback."""
-    return _error_record(case, plan, "internal_error", internal_error(exc))
+    return error_record(case.id, plan.label, internal_error(exc))
 
 
 def _passage(c: Mapping[str, Any]) -> Passage:

@@ -18,7 +18,7 @@ from .errors import CaseFileError, ConfigError, StoreError
 from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
-from .execute import NORMAL, Engine, Plan, ResolvedSystem, internal_error, resolve_system
+from .execute import NORMAL, Engine, Plan, ResolvedSystem, error_record, internal_error, resolve_system
 from .identity import case_digest, case_set_digest, settings_identity
 from .missreasons import explain as explain_misses
 from .store import RunWriter, Store, new_run_id, write_json_stream
@@ -242,27 +242,22 @@ def internal_error_case(rec: Mapping[str, Any], exc: BaseException, criteria: It
     So no case ever vanishes from a run: the run's cases are the selected cases, and
     every metric's observed + missing + excluded is the number of cases.
     """
-    error = internal_error(exc)
     cache = rec.get("cache")
     plain = {k: cache.get(k) for k in ("execution", "retrieve", "generate")} if isinstance(cache, Mapping) else {}
-    return {
-        "id": str(rec.get("id")),
-        "plan": rec.get("plan", "normal"),
-        "retrieval": None,
-        "context": None,
-        "dropped": [],
-        "context_truncated": False,
-        "output": None,
-        "error": error,
-        "cache": {
+    out = error_record(
+        str(rec.get("id")),
+        rec.get("plan", "normal"),
+        internal_error(exc),
+        cache={
             "execution": plain.get("execution") if plain.get("execution") in ("hit", "miss") else "miss",
             "retrieve": plain.get("retrieve") if plain.get("retrieve") in ("hit", "miss") else None,
             "generate": plain.get("generate") if plain.get("generate") in ("hit", "miss") else None,
             "judgment": {"hit": 0, "miss": 0},
         },
-        "criteria": {name: {"status": "missing", "reason": "internal_error"} for name in criteria},
-        "relevant_position": None,
-    }
+    )
+    out["criteria"] = {name: {"status": "missing", "reason": "internal_error"} for name in criteria}
+    out["relevant_position"] = None
+    return out
 
 
 def case_from_record(rec: Mapping[str, Any]) -> Case:

@@ -61,3 +61,13 @@ def token_counter(
 
 def chunk_or_none(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
+
+
+def context_metadata(passage: Passage, doc_id_key: str | None, chunk_id_key: str | None) -> dict[str, Any]:
+    """A context passage's metadata with the ids it was read from put back under the user's named keys."""
+    meta = dict(passage.metadata or {})
+    if doc_id_key:
+        meta.setdefault(doc_id_key, passage.doc_id)
+    if chunk_id_key and passage.chunk_id is not None:
+        meta.setdefault(chunk_id_key, passage.chunk_id)
+    return meta

@@ -28,7 +28,7 @@ from uuid import UUID
 from ..errors import ContractError
 from ..system import Passage, Retrieval
 from ..usage import report_usage
-from ._common import chunk_or_none, query_of, rag_settings, require, token_counter
+from ._common import chunk_or_none, context_metadata, query_of, rag_settings, require, token_counter
 
 require("langchain_core", "langchain", "langchain", "langchain-core")
 
@@ -177,11 +177,7 @@ class LangChainSystem:
 
     def document(self, passage: Passage) -> Document:
         """The LangChain Document a context passage stands for (the same one the retriever gave)."""
-        meta = dict(passage.metadata or {})
-        if self.doc_id_key:
-            meta.setdefault(self.doc_id_key, passage.doc_id)
-        if self.chunk_id_key and passage.chunk_id is not None:
-            meta.setdefault(self.chunk_id_key, passage.chunk_id)
+        meta = context_metadata(passage, self.doc_id_key, self.chunk_id_key)
         return Document(page_content=passage.text or "", metadata=meta, id=None if self.doc_id_key else passage.doc_id)
 
     def _chain_input(self, input: Any, context: Sequence[Passage]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 from ..errors import ContractError
 from ..system import Passage, Retrieval
 from ..usage import report_usage
-from ._common import chunk_or_none, query_of, rag_settings, require, token_counter
+from ._common import chunk_or_none, context_metadata, query_of, rag_settings, require, token_counter
 
 require("llama_index.core", "llama_index", "llamaindex", "llama-index-core")
 
@@ -234,11 +234,7 @@ class LlamaIndexSystem:
 
     def node(self, passage: Passage) -> NodeWithScore:
         """The NodeWithScore a context passage stands for: same id, text, metadata, source and score."""
-        meta = dict(passage.metadata or {})
-        if self.doc_id_key:
-            meta.setdefault(self.doc_id_key, passage.doc_id)
-        if self.chunk_id_key and passage.chunk_id is not None:
-            meta.setdefault(self.chunk_id_key, passage.chunk_id)
+        meta = context_metadata(passage, self.doc_id_key, self.chunk_id_key)
         node_id = passage.doc_id if self.chunk_id_key or passage.chunk_id is None else passage.chunk_id
         node = TextNode(id_=node_id, text=passage.text or "", metadata=meta)
         if not self.doc_id_key and node_id != passage.doc_id:
