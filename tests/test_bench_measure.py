@@ -17,12 +17,14 @@ from _measure import Measured, Proc, Series, spread  # noqa: E402
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 # The parent starts a helper in its own session (as Oloproof's helpers are) and exits without
-# waiting for it; the helper burns CPU after its parent is gone.
+# waiting for it; the helper burns CPU after its parent is gone. The parent lingers a few sampling
+# intervals first, so the sampler sees both processes alive even on a loaded machine.
 ORPHAN = textwrap.dedent(
     """
-    import subprocess, sys
+    import subprocess, sys, time
     child = "import time\\nend = time.process_time() + 0.4\\nwhile time.process_time() < end: pass\\n"
     subprocess.Popen([sys.executable, "-c", child], start_new_session=True)
+    time.sleep(0.3)
     """
 )
 
