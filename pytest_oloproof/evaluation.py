@@ -7,6 +7,7 @@ import math
 import traceback
 import weakref
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from . import metrics, usage
@@ -16,6 +17,30 @@ from .evaluators.base import CandidateView, ContextPassage, CriterionValue, Eval
 from .evaluators.retrieval import qrels_of, units_of
 from .execute import EXECUTION_ENTRY, VERDICTS, cacheable
 from .identity import context_identity, judgment_key, sha256_of
+
+#: Key of an execution record that holds verdicts judged ahead of its item (an `Ahead`, see prejudge.py);
+#: evaluate_record pops it and uses those verdicts instead of judging them again.
+AHEAD = "_oloproof_ahead"
+
+
+@dataclass(slots=True)
+class Verdict:
+    """One evaluator's verdict on one case, judged ahead: what `_judge` returned and what it logged."""
+
+    evaluator: Evaluator
+    value: CriterionValue
+    hit: bool
+    spent: list[dict[str, Any]] | None = None  # usage of the calls made for it
+    saved: list[dict[str, Any]] | None = None  # usage recorded with the cached verdict it reused
+
+
+@dataclass(slots=True)
+class Ahead:
+    """Verdicts of some of a case's evaluators (by position in the list), with the input they saw."""
+
+    x: EvalInput
+    digests: _Digests
+    verdicts: dict[int, Verdict] = field(default_factory=dict)
 
 
 def candidate_views(retrieval: Sequence[Mapping[str, Any]] | None) -> list[CandidateView] | None:
@@ -93,6 +118,9 @@ def evaluate_record(
     hits = misses = 0
     error = rec.get("error")
     entry = rec.pop(EXECUTION_ENTRY, None)
+    ahead = rec.pop(AHEAD, None)  # verdicts judged ahead of the item (prejudge.py)
+    if not isinstance(ahead, Ahead) or gold is not None or bypass_judgment or error:
+        ahead = None
     expected_digest = bundle_id = None
     if entry is not None and not error and gold is None and not bypass_judgment and evaluators:
         try:
@@ -108,17 +136,29 @@ def evaluate_record(
             rec.setdefault("cache", {})["judgment"] = {"hit": len(evaluators), "miss": 0}
             _note_judge_usage(rec, {}, _bundle_usage(entry[1].get(bundle_id), evaluators))
             return rec
-    x = eval_input(case, rec, gold) if not error else None
-    digests = _Digests(x, expected_digest) if x is not None else None
+    if ahead is not None:
+        x, digests = ahead.x, ahead.digests
+    else:
+        x = eval_input(case, rec, gold) if not error else None
+        digests = _Digests(x, expected_digest) if x is not None else None
     spent: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage entries of the calls made now
     saved: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage recorded with a cached verdict
     with caches.batch():  # the case's verdicts and its bundle in one commit
-        for ev in evaluators:
+        for i, ev in enumerate(evaluators):
+            done = ahead.verdicts.get(i) if ahead is not None else None
             if error or x is None or digests is None:
                 value = CriterionValue.missing(
                     error["reason"] if error else "system_error",
                     detail={"message": error["message"] if error else ""},
                 )
+            elif done is not None and done.evaluator is ev:
+                value, hit = done.value, done.hit
+                if done.spent:
+                    spent[ev.criterion] = done.spent
+                if done.saved:
+                    saved[ev.criterion] = done.saved
+                hits += hit
+                misses += not hit
             else:
                 value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved))
                 hits += hit
@@ -243,6 +283,14 @@ def _settings_digest(ev: Evaluator) -> str:
         return digest
 
 
+def verdict_key(ev: Evaluator, digests: _Digests) -> str | None:
+    """The judgment-cache key of one evaluator's verdict on one case (None when it cannot be computed)."""
+    try:
+        return judgment_key(ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev))
+    except (TypeError, ValueError):
+        return None
+
+
 def _judge(
     ev: Evaluator,
     x: EvalInput,
@@ -250,12 +298,11 @@ def _judge(
     bypass: bool,
     digests: _Digests | None = None,
     usage_log: tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] | None = None,
+    keyed: tuple[str | None] | None = None,
 ) -> tuple[CriterionValue, bool]:
+    """One verdict through the judgment cache: (value, whether it was a hit); `keyed`: (verdict_key,) if known."""
     digests = digests or _Digests(x)
-    try:
-        key = judgment_key(ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev))
-    except (TypeError, ValueError):
-        key = None
+    key = keyed[0] if keyed is not None else verdict_key(ev, digests)
     if key is not None:
         cached = caches.get("judgment", key, bypass=bypass)
         if isinstance(cached, dict):

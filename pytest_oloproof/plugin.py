@@ -291,6 +291,7 @@ class OloproofPlugin:
         self.progress: Any = None  # prefetch.Progress, on the controller
         self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
+        self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
         self.interrupted = False
         self.items_selected = 0
         self._gc_frozen = False
@@ -645,6 +646,8 @@ class OloproofPlugin:
         ev = self.prepare()
         # evaluator fixtures are session-scoped: resolved by the first item, then reused
         evaluators = self._evaluators if self._evaluators is not None else self._resolve_evaluators(request)
+        if self.prefetcher is not None and not self._judging_ahead:
+            self._judge_ahead(ev, evaluators)
         with ev.caches.batch():  # one cache commit for the case's stages and verdicts
             try:
                 if self.prefetcher is not None and self.prefetcher.has(case.id):
@@ -672,6 +675,19 @@ class OloproofPlugin:
         failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
         if failed:
             raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
+
+    def _judge_ahead(self, ev: Evaluation, evaluators: list[Evaluator]) -> None:
+        """Let the prefetcher run the evaluators that may run off this thread (see prejudge.py), once."""
+        from .prejudge import Prejudger, judge_threads, may_judge_ahead
+
+        self._judging_ahead = True
+        ahead = [i for i, e in enumerate(evaluators) if may_judge_ahead(e, ev.evaluators, ev.budget)]
+        if not ahead:
+            self.prefetcher.judge_ahead(None)
+            return
+        prejudger = Prejudger(evaluators, ahead, ev.caches, relevance_unit=ev.relevance_unit, budget=ev.budget)
+        threads = judge_threads([evaluators[i] for i in ahead], ev.cfg.settings.concurrency)
+        self.prefetcher.judge_ahead(prejudger, threads)
 
     def _property_name(self, criterion: str) -> str:
         """`oloproof.<criterion>`, one string object per criterion (a report keeps one per case)."""
@@ -889,12 +905,14 @@ class OloproofPlugin:
             return
         recorded = self.recorder.written_ids() if self.recorder is not None else set()
         evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
+        # the prefetcher's own records of these cases carry what was judged ahead of their items
+        ahead = dict((c.id, r) for c, r in self.prefetcher.finished()) if self.prefetcher is not None else {}
         for item in session.items:
             case = getattr(item, "case", None) if isinstance(item, CaseItem) else None
             if case is None or case.id not in done or case.id in recorded:
                 continue
             recorded.add(case.id)
-            rec = ev.evaluate(case, done[case.id], evaluators)
+            rec = ev.evaluate(case, ahead.get(case.id) or done[case.id], evaluators)
             if self.recorder is None:
                 from .runner import RunRecorder
 

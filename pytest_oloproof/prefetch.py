@@ -2,8 +2,11 @@
 
 The prefetcher runs cases in item order, at most `concurrency` at once and at
 most `window` ahead of the item that last asked for its result, so memory stays
-bounded however many cases there are. Items take their record when it is ready.
-On interruption it stops taking new cases; what finished stays in the cache.
+bounded however many cases there are. Once the first item hands it a `Prejudger`,
+the evaluators that may run ahead judge each executed case on judge threads of their
+own (prejudge.py), so a slow judge never holds a stage's slot. Items take their
+record when it is ready. On interruption it stops taking new cases and judges
+nothing more; what finished stays in the cache.
 """
 
 from __future__ import annotations
@@ -11,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cases import Case
 from .execute import NORMAL, Engine
+
+if TYPE_CHECKING:
+    from .prejudge import Plan, Prejudger
 
 #: How often (seconds) a waiting item wakes up to refresh the progress display.
 POLL_S = 0.25
@@ -120,6 +127,15 @@ class Prefetcher:
         self._running = 0
         self._stopping = False
         self._threads: list[threading.Thread] = []
+        self._judging = 0  # cases executed whose record is not ready yet (being judged ahead, or waiting to be)
+        # executed cases are planned for judging in item order: (case, record, exception) by index until then
+        self._seq_lock = threading.Lock()
+        self._arrived: dict[int, tuple[Case, dict[str, Any] | None, BaseException | None]] = {}
+        self._next_arrival = 0
+        self._handed = False  # the first item said what to judge ahead (judge_ahead)
+        self._prejudger: Prejudger | None = None
+        self._queue: deque[tuple[Case, dict[str, Any], Plan]] = deque()
+        self._jcond = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._draining = False  # the loop's cases are done; only its executor's shutdown is left
 
@@ -155,17 +171,97 @@ class Prefetcher:
                 self._cond.wait()
 
     def _finish(self, case: Case, rec: dict[str, Any] | None, exc: BaseException | None) -> None:
-        fut = self._futures.get(case.id)
+        """A case's stages are done: its slot is free; its record goes to be judged ahead, or to its item."""
         if rec is not None:
             self.progress.add(rec)
+        with self._cond:
+            self._judging += 1  # before the running count drops: stop() then sees every case not ready
+            self._running -= 1
+            self._cond.notify_all()
+        with self._seq_lock:
+            self._arrived[self._index[case.id]] = (case, rec, exc)
+        self._sequence()
+
+    def _sequence(self) -> None:
+        """Plan the executed cases in item order (claiming their verdicts); hand over the others as they are."""
+        ready: list[tuple[Case, dict[str, Any] | None, BaseException | None]] = []
+        with self._seq_lock:
+            if not self._handed and not self._stopping:
+                return  # the first item has not said what to judge ahead yet
+            if self._stopping:  # judge nothing more: every executed case goes to whoever records it
+                ready = [self._arrived[i] for i in sorted(self._arrived)]
+                self._arrived.clear()
+            prejudger = self._prejudger
+            while self._next_arrival in self._arrived:
+                arrived = self._arrived.pop(self._next_arrival)
+                self._next_arrival += 1
+                case, rec, _ = arrived
+                plan = None
+                if prejudger is not None and rec is not None:
+                    try:
+                        plan = prejudger.plan(case, rec)
+                    except Exception:  # left to the item's evaluation, which records what goes wrong
+                        plan = None
+                if plan is None:
+                    ready.append(arrived)
+                else:
+                    with self._jcond:
+                        self._queue.append((case, rec, plan))  # type: ignore[arg-type]
+                        self._jcond.notify()
+        for case, rec, exc in ready:
+            self._ready(case, rec, exc)
+
+    def _ready(self, case: Case, rec: dict[str, Any] | None, exc: BaseException | None) -> None:
+        """The item may take the case's record now."""
+        fut = self._futures.get(case.id)
         if fut is not None and not fut.done():  # before the count drops: stop() then sees every result
             if exc is not None:
                 fut.set_exception(exc)
             else:
                 fut.set_result(rec)  # type: ignore[arg-type]
         with self._cond:
-            self._running -= 1
+            self._judging -= 1
             self._cond.notify_all()
+
+    # ------------------------------------------------------------ judging ahead
+
+    def judge_ahead(self, prejudger: Prejudger | None, threads: int = 1) -> None:
+        """Say what to judge ahead of the items (once; the first item does, with the evaluators it resolved).
+
+        None: nothing; each record is ready as soon as its case is executed.
+        """
+        with self._seq_lock:
+            if self._handed:
+                return
+            self._handed = True
+            self._prejudger = prejudger
+        if prejudger is not None:
+            for n in range(max(1, threads)):
+                name = f"oloproof-judge-{n}"
+                t = threading.Thread(target=self._judge_worker, args=(prejudger,), name=name, daemon=True)
+                self._threads.append(t)
+                t.start()
+        self._sequence()
+
+    def _judge_worker(self, prejudger: Prejudger) -> None:
+        while True:
+            with self._jcond:
+                while not self._queue:
+                    if self._stopping:
+                        return
+                    self._jcond.wait()
+                case, rec, plan = self._queue.popleft()
+            if not self._stopping:
+                try:
+                    prejudger.judge(plan, rec, self._is_stopping)
+                except BaseException:  # left to the item's evaluation, which records what goes wrong
+                    pass
+            else:  # not judged: its claims are released for whoever evaluates the others
+                prejudger.abandon(plan)
+            self._ready(case, rec, None)
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
 
     def _worker(self) -> None:
         while True:
@@ -227,6 +323,8 @@ class Prefetcher:
 
     def result(self, case_id: str, tick: Callable[[], None] | None = None) -> dict[str, Any]:
         """The record of a case (waiting for it), then forgotten here: the item owns it now."""
+        if not self._handed:
+            self.judge_ahead(None)  # never asked to judge ahead: no record waits for it
         fut = self._futures[case_id]
         with self._cond:
             self._limit = max(self._limit, min(self._index[case_id] + 1 + self.window, len(self.cases)))
@@ -248,6 +346,9 @@ class Prefetcher:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        with self._jcond:
+            self._jcond.notify_all()
+        self._sequence()  # executed cases waiting to be planned are ready as they are
         for fut in list(self._futures.values()):
             fut.cancel()  # only cases not started yet can be cancelled
         loop = self._loop
@@ -258,7 +359,7 @@ class Prefetcher:
                 pass
         deadline = time.monotonic() + grace_s
         with self._cond:
-            while self._running > 0 and time.monotonic() < deadline:
+            while self._running + self._judging > 0 and time.monotonic() < deadline:
                 self._cond.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
 
     def _cancel_running(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -272,7 +373,8 @@ class Prefetcher:
 
     @property
     def running(self) -> int:
-        return self._running
+        """Cases started whose record is not ready yet (executing, or being judged ahead)."""
+        return self._running + self._judging
 
     def finished(self) -> list[tuple[Case, dict[str, Any]]]:
         """Cases executed but not yet taken by an item, in item order (for an interrupted run)."""

@@ -30,6 +30,8 @@ from urllib.parse import urlsplit, urlunsplit
 from .errors import ConfigError, OloproofError
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx  # imported when a judge first sends a request: most runs have no judge
 
 log = logging.getLogger("pytest_oloproof.providers")
@@ -131,6 +133,7 @@ class OpenAIProvider:
         self._slots = threading.Semaphore(self.concurrency)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
+        self._ssl: ssl.SSLContext | None = None
         self._sleep: Callable[[float], None] = time.sleep  # replaceable in tests
 
     def __repr__(self) -> str:
@@ -159,7 +162,20 @@ class OpenAIProvider:
     def _new_client(self) -> httpx.Client:
         import httpx
 
-        return httpx.Client(timeout=httpx.Timeout(self.timeout_s))
+        return httpx.Client(timeout=httpx.Timeout(self.timeout_s), verify=self._ssl_context())
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        """One TLS context for every request of this provider: building one (loading the CA bundle) is
+        about 40 ms of CPU, which a client per request would pay on every judge call."""
+        ctx = self._ssl
+        if ctx is None:
+            with self._client_lock:
+                if self._ssl is None:
+                    import httpx
+
+                    self._ssl = httpx.create_ssl_context(trust_env=True)  # as httpx.Client(verify=True) builds it
+                ctx = self._ssl
+        return ctx
 
     def _api_key(self) -> str | None:
         if self.api_key_env is None:

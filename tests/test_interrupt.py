@@ -34,8 +34,18 @@ class System:
 """
 
 
-def make_project(root: Path, concurrency: int, writer: bool = False) -> None:
+JUDGE = """
+import json, time
+
+def judge(messages):
+    time.sleep(0.2)
+    return json.dumps({"verdict": "pass", "rationale": "slow but sure"})
+"""
+
+
+def make_project(root: Path, concurrency: int, writer: bool = False, judged: bool = False) -> None:
     (root / "sleepy_app.py").write_text(SYSTEM)
+    (root / "sleepy_judge.py").write_text(JUDGE)
     if writer:
         (root / "conftest.py").write_text(PROBE_CONFTEST.format(min_items=1))
     with (root / "cases.jsonl").open("w") as f:
@@ -45,7 +55,8 @@ def make_project(root: Path, concurrency: int, writer: bool = False) -> None:
         "system:\n  rag:\n    object: sleepy_app:System\n"
         "cases: cases.jsonl\n"
         "evaluators:\n  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
-        f"concurrency: {concurrency}\n"
+        + ("  - {type: groundedness_judge, provider: python, object: 'sleepy_judge:judge'}\n" if judged else "")
+        + f"concurrency: {concurrency}\n"
         "store: .oloproof\n"
     )
     (root / "pytest.ini").write_text("[pytest]\n")
@@ -78,14 +89,20 @@ def recorded_lines(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("signum", "concurrency", "writer"),
-    [(signal.SIGINT, 1, False), (signal.SIGTERM, 4, False), (signal.SIGINT, 8, False), (signal.SIGINT, 1, True)],
-    ids=["sigint", "sigterm", "sigint-concurrency-8", "sigint-writer-process"],
+    ("signum", "concurrency", "writer", "judged"),
+    [
+        (signal.SIGINT, 1, False, False),
+        (signal.SIGTERM, 4, False, False),
+        (signal.SIGINT, 8, False, False),
+        (signal.SIGINT, 1, True, False),
+        (signal.SIGINT, 8, False, True),
+    ],
+    ids=["sigint", "sigterm", "sigint-concurrency-8", "sigint-writer-process", "sigint-judged-ahead"],
 )
 def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
-    tmp_path: Path, signum: int, concurrency: int, writer: bool
+    tmp_path: Path, signum: int, concurrency: int, writer: bool, judged: bool
 ) -> None:
-    make_project(tmp_path, concurrency, writer)
+    make_project(tmp_path, concurrency, writer, judged)
     proc = oloproof_run(tmp_path, slow=True)
     deadline = time.monotonic() + 60
     while len(recorded_lines(tmp_path)) < 3:
@@ -109,6 +126,8 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     assert record["counts"]["cases"] == finished
     assert len({c["id"] for c in cases}) == finished
     assert all(c["criteria"]["answer_correct"]["status"] == "observed" for c in cases)
+    if judged:  # judged ahead of the items (or, for those not judged yet, when recorded): never left out
+        assert all(c["criteria"]["grounded"]["status"] == "observed" for c in cases), out
 
     again = oloproof_run(tmp_path, slow=False)
     out2, _ = again.communicate(timeout=120)
@@ -121,6 +140,9 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     assert stages, out2
     assert int(stages[1]) + int(stages[2]) == N_CASES - finished
     assert int(stages[3]) == 0  # an interrupted generate never left an entry
+    if judged:  # the recorded cases' verdicts are reused with them; the others are judged now
+        judgments = re.search(r"judgment (\d+) hit/(\d+) miss", out2)
+        assert judgments and (int(judgments[1]), int(judgments[2])) == (2 * finished, 2 * (N_CASES - finished)), out2
     if writer:  # every writer process has exited (the short second run may have needed none)
         assert "cache writer" not in out2, out2
         noted = [line.split() for line in (tmp_path / "writer.pids").read_text().splitlines()]
