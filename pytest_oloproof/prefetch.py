@@ -137,6 +137,7 @@ class Prefetcher:
         self._queue: deque[tuple[Case, dict[str, Any], Plan]] = deque()
         self._jcond = threading.Condition()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None  # the loop's: a case may start (see _amain)
         self._draining = False  # the loop's cases are done; only its executor's shutdown is left
 
     # ------------------------------------------------------------ starting
@@ -302,19 +303,37 @@ class Prefetcher:
             else:
                 self._finish(case, rec, None)
 
+        loop = asyncio.get_running_loop()
+        wake = self._wake = asyncio.Event()  # set when a case ends, or an item moves the window on
+
+        def ended(task: asyncio.Task[None]) -> None:
+            tasks.discard(task)
+            wake.set()
+
         tasks: set[asyncio.Task[None]] = set()
         while True:
             case = self._take(block=False)
             if case is DONE:
                 break
-            if not isinstance(case, Case):  # concurrency or window full: let running cases progress
-                await asyncio.sleep(0.002)
-                continue
-            task = asyncio.get_running_loop().create_task(one(case))
+            if not isinstance(case, Case):  # concurrency or window full: wait until that changes
+                wake.clear()
+                case = self._take(block=False)  # (what changed before the clear is seen here)
+                if case is None:
+                    await wake.wait()
+                    continue
+                if not isinstance(case, Case):
+                    break
+            task = loop.create_task(one(case))
             tasks.add(task)
-            task.add_done_callback(tasks.discard)
+            task.add_done_callback(ended)
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _wake_loop(self) -> None:
+        """On the loop's thread: the window moved on, so `_amain` may start more cases."""
+        wake = self._wake
+        if wake is not None:
+            wake.set()
 
     # ------------------------------------------------------------ items
 
@@ -327,8 +346,18 @@ class Prefetcher:
             self.judge_ahead(None)  # never asked to judge ahead: no record waits for it
         fut = self._futures[case_id]
         with self._cond:
-            self._limit = max(self._limit, min(self._index[case_id] + 1 + self.window, len(self.cases)))
-            self._cond.notify_all()
+            limit = min(self._index[case_id] + 1 + self.window, len(self.cases))
+            held = self._next >= self._limit  # the window holds the next case back
+            if limit > self._limit:
+                self._limit = limit
+                self._cond.notify_all()
+            else:
+                held = False
+        if held and self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._wake_loop)
+            except RuntimeError:  # the loop is closed: it has nothing left to start
+                pass
         while True:
             try:
                 rec = fut.result(timeout=POLL_S)

@@ -49,13 +49,17 @@ def may_judge_ahead(ev: Evaluator, configured: Sequence[Evaluator], budget: usag
 
 
 def judge_threads(evaluators: Sequence[Evaluator], concurrency: int) -> int:
-    """Threads that judge ahead: enough to use every provider's own `concurrency`, and at least `concurrency`."""
+    """Threads that judge ahead: enough to keep every model provider's own `concurrency` busy.
+
+    One when no evaluator asks a model: the others only compute, and threads sharing the GIL would
+    not compute faster. A provider without a `concurrency` of its own counts as the run's.
+    """
     providers: dict[int, int] = {}
     for ev in evaluators:
         provider = getattr(ev, "provider", None)
         if provider is not None:
-            providers[id(provider)] = int(getattr(provider, "concurrency", 0) or 0)
-    return max(1, min(max(concurrency, sum(providers.values())), MAX_JUDGE_THREADS))
+            providers[id(provider)] = int(getattr(provider, "concurrency", 0) or concurrency)
+    return max(1, min(sum(providers.values()), MAX_JUDGE_THREADS))
 
 
 #: The most threads judging ahead, however many providers a run has.
