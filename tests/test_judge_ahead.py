@@ -234,3 +234,25 @@ def test_judge_retries_timeouts_and_errors_hold_ahead_of_the_items(pytester: pyt
     others = [grounded[f"c{i:02d}"]["value"] for i in range(N) if i not in (5, 7)]
     assert others == [1.0 if i % 3 != 2 else 0.0 for i in range(N) if i not in (5, 7)]
     result.assert_outcomes(passed=7, failed=5)  # the 4 'monthly' answers (one is c05's) and c07
+
+
+def test_which_evaluators_may_run_ahead_and_on_how_many_threads(tmp_path: Path) -> None:
+    from pytest_oloproof.evaluators.answers import Contains
+    from pytest_oloproof.evaluators.judges import GroundednessJudge
+    from pytest_oloproof.prejudge import judge_threads, may_judge_ahead
+    from pytest_oloproof.providers import OpenAIProvider
+    from pytest_oloproof.usage import Budget
+
+    contains = Contains(criterion="answer_correct")
+    judge = GroundednessJudge(provider=OpenAIProvider("http://127.0.0.1:9/v1", "m", concurrency=6))
+    other = GroundednessJudge(criterion="g2", provider=OpenAIProvider("http://127.0.0.1:9/v1", "m", concurrency=2))
+    configured = [contains, judge, other]
+    assert may_judge_ahead(contains, configured, None) and may_judge_ahead(judge, configured, None)
+    # an evaluator the configuration did not build (a fixture's) stays on the main thread
+    assert not may_judge_ahead(Contains(criterion="answer_correct"), configured, None)
+    # under a budget guard, judges stay in item order; the checks that ask no model still run ahead
+    budget = Budget(max_judge_calls=3)
+    assert may_judge_ahead(contains, configured, budget) and not may_judge_ahead(judge, configured, budget)
+    assert judge_threads([contains], 32) == 1  # nothing waits on a model: one thread computes them all
+    assert judge_threads([contains, judge, other], 32) == 8  # each judge's concurrency kept busy
+    assert judge_threads([judge, judge.with_provider(judge.provider)], 32) == 6  # one provider, counted once
