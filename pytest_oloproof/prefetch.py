@@ -21,7 +21,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
 from .cases import Case
-from .execute import NORMAL, Engine
+from .execute import NORMAL, Engine, cancel_task
 
 if TYPE_CHECKING:
     from .prejudge import Plan, Prejudger
@@ -417,4 +417,4 @@ class Prefetcher:
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     for task in asyncio.all_tasks(loop):
-        task.cancel()
+        cancel_task(task)
