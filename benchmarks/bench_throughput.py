@@ -12,8 +12,9 @@ system) and the event loop (an async system) are both run.
 
 With judges: the same system plus a groundedness judge whose model is an OpenAI-compatible
 server on 127.0.0.1 (tests/judge_server.py) answering after `judge_s` (0.5 s), at judge
-`concurrency` 16. Its ideal is the larger of the stages' ideal and
-cases x judge_s / judge_concurrency (the judge calls could overlap the stages).
+`concurrency` 16, threads and event loop again. Its ideal is the larger of the stages' ideal and
+cases x judge_s / judge_concurrency (the judges of prefetched cases run ahead of their items,
+overlapping the stages). Every answer is distinct, so every case asks the judge once.
 A fresh store every run (cold). Whole process tree: wall, CPU, peak RSS.
 """
 
@@ -78,29 +79,33 @@ def main() -> None:
                 f"ideal {ideal:.2f} s (stages {stage_ideal:.2f} s, judge calls {judge_ideal:.2f} s)"
             )
             with ScriptedServer([Reply.verdict("pass", delay=args.judge_s)]) as server:
-                root = Path(tmp) / "judged"
                 judge = (
                     f"{{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', "
                     f"model: bench, concurrency: {args.judge_concurrency}}}"
                 )
-                make_project(
-                    root,
-                    n,
-                    retrieve_s=args.retrieve_s,
-                    generate_s=args.generate_s,
-                    concurrency=conc,
-                    module="judged_app",
-                    extra_evaluators=[judge],
-                )
-                ms = []
-                for _ in range(args.rounds):
-                    before = len(server.requests)
-                    ms.append(run_pytest(root, "--oloproof", "--oloproof-cache=off"))
-                    print(
-                        f"  judge requests: {len(server.requests) - before}, "
-                        f"most in flight at once: {server.max_in_flight}"
+                for use_async in (False, True):
+                    name = "judged_async_app" if use_async else "judged_app"
+                    root = Path(tmp) / name
+                    make_project(
+                        root,
+                        n,
+                        retrieve_s=args.retrieve_s,
+                        generate_s=args.generate_s,
+                        use_async=use_async,
+                        concurrency=conc,
+                        module=name,
+                        extra_evaluators=[judge],
                     )
-                _print("threads + judge", ms, ideal)
+                    ms = []
+                    for _ in range(args.rounds):
+                        before = len(server.requests)
+                        server.max_in_flight = 0
+                        ms.append(run_pytest(root, "--oloproof", "--oloproof-cache=off"))
+                        print(
+                            f"  judge requests: {len(server.requests) - before}, "
+                            f"most in flight at once: {server.max_in_flight}"
+                        )
+                    _print("event loop + judge" if use_async else "threads + judge", ms, ideal)
     print(f"load average at the end: {load_average()}")
 
 

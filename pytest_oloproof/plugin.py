@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import threading
 import types
 from collections.abc import Callable, Generator
 from pathlib import Path
@@ -610,6 +611,8 @@ class OloproofPlugin:
                 progress=self.progress,
             )
             self.prefetcher.start()
+            # while the cases wait on the system, import what the summary at the end computes with
+            threading.Thread(target=_warm_summary, name="oloproof-warm-up", daemon=True).start()
 
     def _start_progress(self, total: int | None) -> None:
         """Counters on the controller; a throttled line through the terminal reporter when asked for."""
@@ -993,6 +996,21 @@ def _merge_evaluators(header: dict[str, Any], used: list[dict[str, Any]]) -> Non
         else:
             index[d["criterion"]] = len(known)
             known.append(d)
+
+
+def _warm_summary() -> None:
+    """Import (and run once) what the run's summary needs, so a latency-bound session does not pay it at its end.
+
+    The intervals' first call imports scipy's quantile functions (the better part of a second); done
+    while the prefetched cases wait on retrievers, models and judges, it costs no wall time. Never fails.
+    """
+    try:
+        from . import stats
+        from .report import text  # noqa: F401
+
+        stats.clopper_pearson(1, 2)
+    except Exception:
+        pass
 
 
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:

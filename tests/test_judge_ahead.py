@@ -256,3 +256,36 @@ def test_which_evaluators_may_run_ahead_and_on_how_many_threads(tmp_path: Path) 
     assert judge_threads([contains], 32) == 1  # nothing waits on a model: one thread computes them all
     assert judge_threads([contains, judge, other], 32) == 8  # each judge's concurrency kept busy
     assert judge_threads([judge, judge.with_provider(judge.provider)], 32) == 6  # one provider, counted once
+
+
+WARM_CONFTEST = """
+import json, sys, time
+from pathlib import Path
+
+_SEEN = []
+
+
+def pytest_runtest_teardown(item):
+    if _SEEN:
+        return
+    deadline = time.monotonic() + (30 if item.config.getoption("oloproof_concurrency") > 1 else 0)
+    while "scipy.special" not in sys.modules and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _SEEN.append("scipy.special" in sys.modules)
+    (Path(__file__).parent / "warm.json").write_text(json.dumps(_SEEN))
+"""
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_prefetched_session_imports_what_its_summary_needs_while_the_cases_run(
+    pytester: pytest.Pytester, concurrency: int
+) -> None:
+    project(pytester.path, "http://127.0.0.1:9/v1", concurrency=concurrency)
+    cfg = pytester.path / "oloproof.yaml"
+    cfg.write_text("".join(line for line in cfg.read_text().splitlines(True) if "groundedness_judge" not in line))
+    pytester.makeconftest(WARM_CONFTEST)
+    conc = f"--oloproof-concurrency={concurrency}"
+    result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", conc)
+    result.assert_outcomes(passed=N)
+    # the intervals' quantiles, imported during the first item when cases run ahead; at the end otherwise
+    assert json.loads((pytester.path / "warm.json").read_text()) == [concurrency > 1]
