@@ -2,7 +2,7 @@
 
     python benchmarks/bench_throughput.py [--cases 1000] [--concurrency 32] [--retrieve-s 0.1] [--generate-s 1.0]
                                           [--judge-cases 1000] [--judge-s 0.5] [--judge-concurrency 16]
-                                          [--only stages|judges] [--rounds 1]
+                                          [--only stages|judges] [--rounds 1] [--disable-plugin NAME ...]
 
 Each case's stages sleep `retrieve_s` + `generate_s` (realistic: 0.1 s and 1.0 s), at
 `concurrency` 32. The ideal wall time is cases x (retrieve_s + generate_s) / concurrency
@@ -16,6 +16,9 @@ server on 127.0.0.1 (tests/judge_server.py) answering after `judge_s` (0.5 s), a
 cases x judge_s / judge_concurrency (the judges of prefetched cases run ahead of their items,
 overlapping the stages). Every answer is distinct, so every case asks the judge once.
 A fresh store every run (cold). Whole process tree: wall, CPU, peak RSS.
+`--disable-plugin langsmith_plugin` runs the sessions with `-p no:langsmith_plugin`: a third-party
+pytest plugin that this venv has (the LangChain integration pulls it in) and that costs about a
+second of start-up, which the ideal does not count.
 """
 
 from __future__ import annotations
@@ -44,11 +47,13 @@ def main() -> None:
     ap.add_argument("--judge-concurrency", type=int, default=16)
     ap.add_argument("--only", choices=("stages", "judges"), default=None)
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--disable-plugin", action="append", default=[], metavar="NAME", help="-p no:NAME")
     args = ap.parse_args()
+    extra = [a for name in args.disable_plugin for a in ("-p", f"no:{name}")]
     conc = args.concurrency
     print(
         f"stages sleep {args.retrieve_s} s + {args.generate_s} s, concurrency {conc}, "
-        f"load average at start: {load_average()}"
+        f"extra pytest arguments {extra}, load average at start: {load_average()}"
     )
     with tempfile.TemporaryDirectory(prefix="oloproof-bench-") as tmp:
         if args.only != "judges":
@@ -67,7 +72,7 @@ def main() -> None:
                     concurrency=conc,
                     module=name,
                 )
-                ms = [run_pytest(root, "--oloproof", "--oloproof-cache=off") for _ in range(args.rounds)]
+                ms = [run_pytest(root, "--oloproof", "--oloproof-cache=off", *extra) for _ in range(args.rounds)]
                 _print("event loop (async)" if use_async else "threads (sync)", ms, ideal)
         if args.only != "stages":
             n = args.judge_cases or args.cases
@@ -100,7 +105,7 @@ def main() -> None:
                     for _ in range(args.rounds):
                         before = len(server.requests)
                         server.max_in_flight = 0
-                        ms.append(run_pytest(root, "--oloproof", "--oloproof-cache=off"))
+                        ms.append(run_pytest(root, "--oloproof", "--oloproof-cache=off", *extra))
                         print(
                             f"  judge requests: {len(server.requests) - before}, "
                             f"most in flight at once: {server.max_in_flight}"
