@@ -203,12 +203,14 @@ class Prefetcher:
                         plan = prejudger.plan(case, rec)
                     except Exception:  # left to the item's evaluation, which records what goes wrong
                         plan = None
-                if plan is None:
-                    ready.append(arrived)
-                else:
-                    with self._jcond:
-                        self._queue.append((case, rec, plan))  # type: ignore[arg-type]
-                        self._jcond.notify()
+                if plan is not None:
+                    with self._jcond:  # (judge threads leave only once they saw the run stopping, under it)
+                        if not self._stopping:
+                            self._queue.append((case, rec, plan))  # type: ignore[arg-type]
+                            self._jcond.notify()
+                            continue
+                    prejudger.abandon(plan)  # type: ignore[union-attr]
+                ready.append(arrived)
         for case, rec, exc in ready:
             self._ready(case, rec, exc)
 
