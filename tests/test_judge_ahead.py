@@ -289,3 +289,25 @@ def test_a_prefetched_session_imports_what_its_summary_needs_while_the_cases_run
     result.assert_outcomes(passed=N)
     # the intervals' quantiles, imported during the first item when cases run ahead; at the end otherwise
     assert json.loads((pytester.path / "warm.json").read_text()) == [concurrency > 1]
+
+
+def test_the_openai_provider_loads_its_ca_bundle_once_not_per_request(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TLS context per request cost about 40 ms of CPU per judge call: more than the judged run's stages."""
+    import ssl
+
+    from pytest_oloproof.providers import OpenAIProvider
+
+    loads: list[object] = []
+    original = ssl.SSLContext.load_verify_locations
+
+    def counting(self: ssl.SSLContext, *args: Any, **kwargs: Any) -> None:
+        loads.append(args or kwargs)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", counting)
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        provider = OpenAIProvider(server.base_url, "m", retries=0)
+        replies = [provider.complete([{"role": "user", "content": f"q{i}"}]) for i in range(3)]
+        assert len(server.requests) == 3
+    assert all('"pass"' in r for r in replies)
+    assert len(loads) == 1
