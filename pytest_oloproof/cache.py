@@ -18,8 +18,6 @@ from .redaction import redact
 if TYPE_CHECKING:
     import diskcache
 
-    from .cachewriter import BackgroundWriter
-
 
 KINDS = ("execution", "retrieve", "generate", "judgment")
 _SCHEMA = "oloproof.cache/1"
@@ -74,9 +72,9 @@ class Caches:
     """All the caches in one diskcache directory, keys prefixed by kind.
 
     Writes inside `batch()` blocks are committed together at the end of the
-    outermost block. A long single-process session may `hold_writes()` to commit
-    in larger groups instead (fewer SQLite commits), possibly through a writer
-    process, and `track_keys()` so a lookup of a key that is not in the cache skips
+    outermost block. A single-process session may `hold_writes()` to commit in
+    larger groups instead (one diskcache transaction per group, fewer SQLite
+    commits), and `track_keys()` so a lookup of a key that is not in the cache skips
     SQLite. Held writes are readable at once and committed by `flush()` or `close()`.
     """
 
@@ -90,9 +88,6 @@ class Caches:
         self._pending_since = 0.0
         self._hold: tuple[int, float] | None = None  # (max entries, max seconds) while holding writes
         self._known: set[int] | None = None  # hash() of every key in the cache, while tracked
-        self._background = False  # hand held groups to a writer process (started with the first group)
-        self._writer: BackgroundWriter | None = None
-        self.writer_error: str | None = None  # why the writer process stopped, if it did
 
     def _open(self) -> diskcache.Cache:
         cache = self._cache
@@ -106,18 +101,14 @@ class Caches:
 
     # ------------------------------------------------------------ options
 
-    def hold_writes(self, max_entries: int = 4096, max_age_s: float = 1.0, *, background: bool = False) -> None:
+    def hold_writes(self, max_entries: int = 4096, max_age_s: float = 1.0) -> None:
         """Commit writes in groups of up to `max_entries` or `max_age_s` seconds, not once per case.
 
-        For one process that owns a long session: other processes see the entries
-        only once committed, and a process killed outright (not interrupted) loses
-        at most the last group. With `background`, a child process commits each
-        group (see cachewriter.py) while this one goes on; a group stays readable
-        from memory until the child acknowledges it, and if the child fails this
-        process commits what it left.
+        For one process that owns a session: other processes see the entries only
+        once committed, and a process killed outright (not interrupted) loses at
+        most the last group.
         """
         self._hold = (max(1, max_entries), max(0.0, max_age_s))
-        self._background = background
 
     def track_keys(self, limit: int = 200_000) -> bool:
         """Load which keys exist (when there are at most `limit`), so lookups of absent keys skip SQLite.
@@ -157,7 +148,7 @@ class Caches:
         if bypass or not self.mode.reads:
             return None
         full = f"{kind}:{key}"
-        raw = self._held(full)
+        raw = self._pending.get(full)  # written this session, not committed yet
         try:
             if raw is None:
                 known = self._known
@@ -202,16 +193,8 @@ class Caches:
         self._open().set(full, text, retry=True)
         return True
 
-    def _held(self, full: str) -> str | None:
-        """An entry written this session and not yet committed: pending here, or in flight to the writer."""
-        text = self._pending.get(full)
-        writer = self._writer
-        if text is None and writer is not None:
-            text = writer.lookup(full)
-        return text
-
     def _exists(self, full: str) -> bool:
-        if self._held(full) is not None:
+        if full in self._pending:
             return True
         known = self._known
         if known is not None and hash(full) not in known:
@@ -244,7 +227,7 @@ class Caches:
                 self._commit(force=self._hold is None)
 
     def flush(self) -> None:
-        """Commit every held write now (and wait for the writer process to have committed what it has)."""
+        """Commit every held write now."""
         self._commit(force=True)
 
     def _commit(self, force: bool) -> None:
@@ -253,16 +236,6 @@ class Caches:
                 max_entries, max_age = self._hold
                 if len(self._pending) < max_entries and time.monotonic() - self._pending_since < max_age:
                     return
-            if self._background and self._pending and not (force and self._writer is None):
-                # (a last group with no writer yet is committed here: not worth starting one for it)
-                writer = self._start_writer()
-                if writer is not None and writer.send(self._pending):
-                    self._pending = {}  # readable from the writer's in-flight groups until acknowledged
-            writer = self._writer
-            if writer is not None and (force or not writer.alive):
-                self._reclaim(writer.drain(timeout_s=120.0 if writer.alive else 0.0))
-                if not writer.alive:
-                    self._stop_writer(failed=True)
             if not self._pending:
                 return
             group = self._pending
@@ -272,38 +245,6 @@ class Caches:
                     cache.set(full, text, retry=True)
             # readable from memory until committed, then from the cache; on an error they stay pending
             self._pending = {}
-
-    def _reclaim(self, groups: list[dict[str, str]]) -> None:
-        """Take back groups the writer will never commit, older than anything pending here."""
-        if groups:
-            merged: dict[str, str] = {}
-            for group in groups:
-                merged.update(group)
-            merged.update(self._pending)
-            self._pending = merged
-
-    def _start_writer(self) -> BackgroundWriter | None:
-        """The writer process, started on first use; None once it has failed (this process commits then)."""
-        if self._writer is None and self.writer_error is None and self.directory is not None:
-            from .cachewriter import BackgroundWriter
-
-            try:
-                self._open()  # create the cache and its schema before the child opens it
-                self._writer = BackgroundWriter(self.directory)
-            except OSError as exc:
-                self.writer_error = f"the cache writer could not start ({type(exc).__name__}: {exc})"
-        return self._writer
-
-    def _stop_writer(self, failed: bool = False) -> None:
-        """Let the writer finish and exit; one that failed is killed, and not started again."""
-        writer, self._writer = self._writer, None
-        if writer is None:
-            return
-        if failed:
-            self.writer_error = self.writer_error or writer.error or "the cache writer stopped"
-            writer.kill()  # what it had not acknowledged is committed here; it must not commit it later
-        else:
-            writer.close()
 
     def unusable(self) -> str | None:
         """Why this cache cannot be used (None when it can): opened and read once, nothing written."""
@@ -397,8 +338,6 @@ class Caches:
             self.flush()
         finally:
             with self._lock:
-                self._background = False
-                self._stop_writer()
                 if self._cache is not None:
                     self._cache.close()
                     self._cache = None

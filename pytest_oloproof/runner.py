@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import __version__, usage
 from .aggregate import summarize_run, summary_settings
@@ -22,9 +22,6 @@ from .execute import NORMAL, Engine, Plan, ResolvedSystem, error_record, interna
 from .identity import case_digest, case_set_digest, settings_identity
 from .missreasons import explain as explain_misses
 from .store import RunWriter, Store, new_run_id, write_json_stream
-
-if TYPE_CHECKING:
-    from .statsworker import StatsWorker
 
 
 def now_iso() -> str:
@@ -368,8 +365,6 @@ class RunRecorder:
         self.header = dict(header)
         self.cases: list[dict[str, Any]] = []
         self._writer: RunWriter | None = None
-        #: a child process that imported scipy.stats while the run went on (long sessions); used once
-        self.stats_worker: StatsWorker | None = None
 
     def _open(self) -> RunWriter:
         if self._writer is None:
@@ -402,14 +397,8 @@ class RunRecorder:
         self.cases.append(slim_case(rec))
 
     def summarize(self) -> dict[str, Any]:
-        """Metrics, slices and cache counts for the cases recorded so far (by the stats worker, if given one)."""
-        settings = summary_settings(self.header)
-        if self.stats_worker is not None:
-            worker, self.stats_worker = self.stats_worker, None
-            result = worker.summarize(self.cases, settings)
-            if result is not None:
-                return result
-        return summarize_run(self.cases, settings)
+        """Metrics, slices and cache counts for the cases recorded so far."""
+        return summarize_run(self.cases, summary_settings(self.header))
 
     def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
@@ -476,9 +465,6 @@ class RunRecorder:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        if self.stats_worker is not None:  # handed over but never asked
-            self.stats_worker.close()
-            self.stats_worker = None
 
 
 def run_cases(

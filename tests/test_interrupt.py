@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-from oloproof_project import PROBE_CONFTEST
 
 N_CASES = 60  # enough that even 8 at a time are still running when the signal comes
 
@@ -34,10 +33,8 @@ class System:
 """
 
 
-def make_project(root: Path, concurrency: int, writer: bool = False) -> None:
+def make_project(root: Path, concurrency: int) -> None:
     (root / "sleepy_app.py").write_text(SYSTEM)
-    if writer:
-        (root / "conftest.py").write_text(PROBE_CONFTEST.format(min_items=1))
     with (root / "cases.jsonl").open("w") as f:
         for i in range(N_CASES):
             f.write(json.dumps({"id": f"c{i:02d}", "input": {"q": f"q{i}"}, "expected": {"answer": "yes"}}) + "\n")
@@ -78,14 +75,14 @@ def recorded_lines(root: Path) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    ("signum", "concurrency", "writer"),
-    [(signal.SIGINT, 1, False), (signal.SIGTERM, 4, False), (signal.SIGINT, 8, False), (signal.SIGINT, 1, True)],
-    ids=["sigint", "sigterm", "sigint-concurrency-8", "sigint-writer-process"],
+    ("signum", "concurrency"),
+    [(signal.SIGINT, 1), (signal.SIGTERM, 4), (signal.SIGINT, 8)],
+    ids=["sigint", "sigterm", "sigint-concurrency-8"],
 )
 def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
-    tmp_path: Path, signum: int, concurrency: int, writer: bool
+    tmp_path: Path, signum: int, concurrency: int
 ) -> None:
-    make_project(tmp_path, concurrency, writer)
+    make_project(tmp_path, concurrency)
     proc = oloproof_run(tmp_path, slow=True)
     deadline = time.monotonic() + 60
     while len(recorded_lines(tmp_path)) < 3:
@@ -95,10 +92,6 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out  # pytest's "interrupted"
-    if writer:  # the session committed through one writer process, with no warning
-        kinds = [line.split()[0] for line in (tmp_path / "writer.pids").read_text().splitlines()]
-        assert kinds.count("writer") == 1  # (a long session: its stats worker is noted too)
-        assert "cache writer" not in out, out
 
     (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
@@ -121,11 +114,3 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     assert stages, out2
     assert int(stages[1]) + int(stages[2]) == N_CASES - finished
     assert int(stages[3]) == 0  # an interrupted generate never left an entry
-    if writer:  # every writer process has exited (the short second run may have needed none)
-        assert "cache writer" not in out2, out2
-        noted = [line.split() for line in (tmp_path / "writer.pids").read_text().splitlines()]
-        pids = [int(pid) for kind, pid in noted if kind == "writer"]
-        assert 1 <= len(pids) <= 2
-        for pid in pids:
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
