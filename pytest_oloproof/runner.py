@@ -21,7 +21,7 @@ from .evaluators.registry import Registry
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, error_record, internal_error, resolve_system
 from .identity import case_digest, case_set_digest, settings_identity
 from .missreasons import explain as explain_misses
-from .store import RunWriter, Store, new_run_id, write_json_stream
+from .store import RunWriter, Store, new_run_id, write_json_lines, write_json_stream
 
 
 def now_iso() -> str:
@@ -457,8 +457,16 @@ class RunRecorder:
             self.cases = written
 
     def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
-        """The JSON run report with every full case record, streamed from the store (memory stays flat)."""
+        """The JSON run report with every full case record, streamed from the store (memory stays flat).
+
+        The lines this recorder wrote are copied into the report as they are; a file holding
+        anything else is read back and encoded record by record.
+        """
         head = {k: v for k, v in record.items() if k != "cases"}
+        lines = self._writer.own_lines() if self._writer is not None else None
+        if lines is not None:
+            write_json_lines(path, head, "cases", lines)
+            return
         cases = self.store.iter_cases(self.run_id, strict=False)
         write_json_stream(path, head, "cases", cases)
 
