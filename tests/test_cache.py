@@ -496,3 +496,48 @@ def test_a_corrupt_bundle_falls_back_to_single_verdicts(pytester: pytest.Pyteste
     assert counts(warm, "execution") == (3, 0)
     assert counts(warm, "judgment") == (9, 0)
     assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}
+
+
+# ------------------------------------------------------------------ a group written in one statement
+
+
+def _rows(directory: Path) -> dict[str, tuple[Any, ...]]:
+    """Every row diskcache holds, by key, without its timestamps (what a group write must reproduce)."""
+    import sqlite3
+
+    con = sqlite3.connect(directory / "cache.db")
+    try:
+        query = "SELECT key, raw, expire_time, access_count, tag, size, mode, filename IS NOT NULL, value FROM Cache"
+        return {str(r[0]): r[1:] for r in con.execute(query)}
+    finally:
+        con.close()
+
+
+def test_a_group_write_leaves_the_rows_cache_set_leaves(tmp_path: Path) -> None:
+    from pytest_oloproof.cache import _row_layout, open_diskcache, write_group
+
+    big = "x" * 40_000  # diskcache keeps this in a file
+    before = {"retrieve:small": "old", "retrieve:filed": big, "retrieve:stays": "kept"}
+    group = {f"judgment:k{i}": f'{{"v":{i}}}' for i in range(1200)}  # more than one IN (...) chunk
+    group.update({"retrieve:small": "new", "retrieve:filed": "now small", "generate:large": big + "y"})
+    directories = {}
+    for how in ("cache.set", "write_group"):
+        directory = tmp_path / how.replace(".", "_")
+        cache = open_diskcache(directory)
+        assert _row_layout(cache)  # the one-statement path is the one taken
+        for k, v in before.items():
+            cache.set(k, v)
+        if how == "cache.set":
+            with cache.transact():
+                for k, v in group.items():
+                    cache.set(k, v)
+        else:
+            write_group(cache, group)
+        assert len(cache) == len(before) + len(group) - 2  # diskcache's own count, kept by its triggers
+        assert {k: cache.get(k) for k in [*before, *group]} == {**before, **group}
+        cache.close()
+        directories[how] = directory
+    assert _rows(directories["write_group"]) == _rows(directories["cache.set"])
+    # the file of the value that was replaced is gone, as with Cache.set; only the new large one is left
+    files = {how: sorted(p.name for p in d.rglob("*.val")) for how, d in directories.items()}
+    assert len(files["write_group"]) == len(files["cache.set"]) == 1
