@@ -293,7 +293,7 @@ def main() -> None:
             for name, c in cov.items():
                 worst[name] = min(worst[name], c)
 
-            def ratio(name: str) -> float:
+            def ratio(name: str, width: dict[str, float] = width) -> float:
                 return width[name] / width["t"] if width["t"] > 0 else math.inf
 
             if n >= 100:
