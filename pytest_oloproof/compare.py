@@ -502,7 +502,7 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
         margin = fmt_margin(d["margin"])
         cases = f"{n} paired case{'' if n == 1 else 's'}"
         head = f"{d['criterion']}: {cases} cannot establish {d['test']} at a {margin}-point"
-        if d.get("kind") == "mean":  # from the paired betting interval with every difference 0
+        if d.get("kind") == "mean":  # from the paired graded interval with every difference 0
             note = f"{head} margin, even with no change; about {needed} would be needed"
         else:  # from Tango's interval with no discordant pair
             note = f"{head} margin; about {needed} would be needed with no changed verdicts"

@@ -121,3 +121,24 @@ def test_gaffke_coverage_and_width_at_100() -> None:
         t_width = 2 * stats.t.ppf(0.975, n - 1) * x.std(axis=1, ddof=1) / math.sqrt(n)
         assert coverage >= 0.94
         assert np.median([iv.width for iv in ivs]) < 1.15 * np.median(t_width)
+
+
+def test_comparisons_use_gaffke_from_100_pairs() -> None:
+    from pytest_oloproof.compare import paired_interval
+
+    rng = np.random.default_rng(12)
+    base = rng.beta(4, 2, 120)
+    cand = np.clip(base + rng.normal(0.02, 0.05, 120), 0.0, 1.0)
+    pairs = [(f"c{i}", float(b), float(c)) for i, (b, c) in enumerate(zip(base, cand, strict=True))]
+    graded = paired_interval(pairs, binary=False, confidence=0.95, seed=0)
+    assert graded.method == "paired-gaffke" and graded.low < float(np.mean(cand - base)) < graded.high
+    assert paired_interval(pairs[:99], binary=False, confidence=0.95, seed=0).method == "paired-betting"
+    # pass/fail pairs in 120 clusters of 2: the paired cluster interval, never narrower than Tango's
+    verdicts = [(f"c{i}", float(b > 0.6), float(c > 0.6)) for i, (_, b, c) in enumerate(pairs * 2)]
+    clustered = paired_interval(verdicts, binary=True, confidence=0.95, seed=0, clusters=[i % 120 for i in range(240)])
+    assert clustered.method == "paired-cluster-gaffke"
+    b = sum(1 for _, x, y in verdicts if y > x)
+    c = sum(1 for _, x, y in verdicts if x > y)
+    tango = paired_interval(verdicts, binary=True, confidence=0.95, seed=0)
+    assert tango.method == "tango" and (b, c) != (0, 0)
+    assert clustered.low <= tango.low and clustered.high >= tango.high
