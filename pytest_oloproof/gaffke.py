@@ -3,19 +3,24 @@
 N. Gaffke, "Three test statistics for a nonparametric one-sided hypothesis on the mean
 of a nonnegative variable", Mathematical Methods of Statistics 14(4), 2005; found again
 by E. Learned-Miller and P. S. Thomas, "A new confidence interval for the mean of a
-bounded random variable" (arXiv:1905.06208, 2019/2020), who conjectured its validity and
-searched for counterexamples without finding one; Vlassis & Thomas (2026) are reported
-to have proved it. For values x_1..x_n in [0, 1], the upper bound is the 1 − α quantile
-of D_0·1 + Σ D_i·x_i with Dirichlet(1, ..., 1) weights D (the sample with one extra point
-at the upper end of the range, reweighted at random; Learned-Miller & Thomas write it
-with the spacings of sorted uniforms, the same distribution); the lower bound mirrors it
-with the extra point at 0. On 0/1 values it is exactly Clopper–Pearson; on values that
-spread over the range it is about as wide as the t-interval.
+bounded random variable" (arXiv:1905.06208, 2019/2020), who stated its validity for every
+distribution as a conjecture and searched for counterexamples without finding one; a 2026
+proof by Vlassis & Thomas is reported (not checked here). Oloproof uses it from 100
+independent units only (`stats.GAFFKE_FROM`), the classical betting interval below.
+
+For values x_1..x_n in [0, 1], the upper bound is the 1 − α quantile of D_0·1 + Σ D_i·x_i
+with Dirichlet(1, ..., 1) weights D (the sample with one extra point at the upper end of
+the range, reweighted at random; Learned-Miller & Thomas write it with the spacings of
+sorted uniforms, the same distribution); the lower bound mirrors it with the extra point
+at 0. On 0/1 values it is exactly Clopper–Pearson; on values that spread over the range
+it is about as wide as the t-interval.
 
 The quantile is estimated from B seeded draws of exponentials E (D = E / ΣE) and read
 off conservatively: a bound is the k-th most extreme draw with k the least integer above
 (α/2)(B + 1) − 1, the Monte Carlo p-value rule (1 + #draws beyond) / (B + 1) > α/2, which
-keeps the test valid for every B when the exact test is valid at every level.
+keeps each side's miss rate at most α/2 for every B, averaged over seeds, when the exact
+test is valid at every level. For one seed the bound is off the exact one by the Monte
+Carlo error (about ±0.0025 in each tail's probability at 4,000 draws).
 
 Clusters (equal sizes only; the caller checks): the values are the cluster sums and sizes
 divided by the largest size, and each draw is the ratio Σ E_j·S_j / Σ E_j·N_j with the extra
