@@ -3,8 +3,9 @@
 Pure functions over numpy/scipy. Pass rates: exact Clopper–Pearson; paired pass/fail:
 Tango's score interval; graded means, paired graded differences and anything
 clustered: the betting intervals of Waudby-Smith & Ramdas (module `betting`) below
-100 independent units, Gaffke's bound (module `gaffke`) from 100 units of equal size,
-both valid at every n. Every function returns an :class:`Interval`
+100 independent units (valid at every n, by Ville's inequality), Gaffke's bound (module
+`gaffke`) from 100 units of equal size (conjectured valid at every n; no counterexample
+known). Every function returns an :class:`Interval`
 that names the method used and, when a fallback was needed, says why in
 ``note``. No function ever returns a zero-width interval as if it were
 certainty: degenerate inputs (no data, one value, all values equal) get an
@@ -220,7 +221,7 @@ def mean_interval(
     seed: int = 0,
     clusters: Sequence[Hashable | None] | None = None,
 ) -> Interval:
-    """Interval for the mean of graded scores in [0, 1], valid at every n.
+    """Interval for the mean of graded scores in [0, 1], valid at every n (from `GAFFKE_FROM` units: conjectured).
 
     Below `GAFFKE_FROM` independent units, the betting confidence interval of Waudby-Smith
     & Ramdas (JRSS-B 2024, `pytest_oloproof.betting`); from there, Gaffke's bound
@@ -322,7 +323,7 @@ def paired_mean_diff_interval(
     """Interval for the mean of paired differences of [0, 1] scores (values in [-1, 1]).
 
     The interval of a single-run mean (betting, or Gaffke's from 100 pairs) on (d + 1) / 2,
-    which lies in [0, 1], mapped back: valid at every n, and wide when nothing changed (13 zero
+    which lies in [0, 1], mapped back: valid at every n (Gaffke's: conjectured), and wide when nothing changed (13 zero
     differences give about ±0.28), never the zero-width interval of a paired t or a bootstrap.
     """
     _check_confidence(confidence)
