@@ -13,6 +13,7 @@ import inspect
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -594,7 +595,7 @@ class Engine:
                     finally:
                         self._spent(seen, call, ticket)
                 except asyncio.CancelledError as exc:
-                    if _cancelled_from_outside():  # the run stopping, or wait_for's timeout
+                    if _cancelled_from_outside(gate):  # the run stopping, or wait_for's timeout
                         raise
                     raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc  # raised by the stage
                 except KeyboardInterrupt:
@@ -759,16 +760,35 @@ class RunGate:
             return dict(self.done)
 
 
-def _cancelled_from_outside() -> bool:
-    """Whether a CancelledError is the current task being cancelled (not one a stage raised itself)."""
+#: tasks Oloproof itself cancelled (the run stopping): Python 3.10 has no `Task.cancelling()` to ask
+_CANCELLED_BY_OLOPROOF: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+
+
+def cancel_task(task: asyncio.Task[Any]) -> None:
+    """Cancel a case's task and remember that Oloproof did, so its CancelledError is not the stage's error."""
+    _CANCELLED_BY_OLOPROOF.add(task)
+    task.cancel()
+
+
+def _cancelled_from_outside(gate: _Gate | None = None) -> bool:
+    """Whether a CancelledError is the current task being cancelled (not one a stage raised itself).
+
+    Python 3.11+ asks the task (`cancelling()`). Python 3.10 cannot, so there the cancellations
+    Oloproof makes are known instead: the run stopping (`cancel_task`) and the case's timeout
+    (`wait_for` fires once the attempt's deadline, which its gate holds, has passed).
+    """
     try:
         task = asyncio.current_task()
     except RuntimeError:
         return True
-    cancelling = getattr(task, "cancelling", None)
-    if task is None or cancelling is None:  # Python 3.10 cannot tell: treat it as a cancellation
+    if task is None:
         return True
-    return bool(cancelling())
+    cancelling = getattr(task, "cancelling", None)
+    if cancelling is not None:
+        return bool(cancelling())
+    if task in _CANCELLED_BY_OLOPROOF:
+        return True
+    return gate is not None and gate.deadline is not None and time.monotonic() >= gate.deadline
 
 
 def _no_call() -> None:

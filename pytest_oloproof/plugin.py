@@ -745,8 +745,10 @@ class OloproofPlugin:
         except OloproofError:
             return None
 
-    def pytest_keyboard_interrupt(self, excinfo: Any) -> None:
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
+        _drop_lineless_frames(excinfo.value)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -952,6 +954,29 @@ def _merge_evaluators(header: dict[str, Any], used: list[dict[str, Any]]) -> Non
 
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+def _drop_lineless_frames(exc: BaseException) -> None:
+    """Unlink traceback entries that have no line number from `exc` and the exceptions it chains.
+
+    A signal can land on an instruction CPython gives no line (the clean-up code of a `with` block,
+    say): the traceback entry's `tb_lineno` is then None, and pytest's rendering of the interrupt
+    fails on it (`None - 1`), turning Ctrl-C into an internal error with exit 1 instead of 2.
+    The entry's frame has no source line to show anyway, so it is skipped; the first entry (the
+    outermost frame, pytest's own) always has one.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        entry = current.__traceback__
+        while entry is not None:
+            following = entry.tb_next
+            while following is not None and following.tb_lineno is None:
+                following = following.tb_next
+            entry.tb_next = following
+            entry = following
+        current = current.__cause__ or current.__context__
 
 
 def _progress_writer(tr: Any) -> Callable[[str], bool]:

@@ -17,7 +17,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any
 
 from .cases import Case
-from .execute import NORMAL, Engine
+from .execute import NORMAL, Engine, cancel_task
 
 #: How often (seconds) a waiting item wakes up to refresh the progress display.
 POLL_S = 0.25
@@ -286,4 +286,4 @@ class Prefetcher:
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     for task in asyncio.all_tasks(loop):
-        task.cancel()
+        cancel_task(task)

@@ -114,3 +114,48 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
     assert stages, out2
     assert int(stages[1]) + int(stages[2]) == N_CASES - finished
     assert int(stages[3]) == 0  # an interrupted generate never left an entry
+
+
+LINELESS_TEST = '''
+def _raise_interrupt():
+    raise KeyboardInterrupt
+
+
+def _without_line_numbers(fn):
+    """Give fn's code no line at any instruction, as CPython does for a `with` block's clean-up code."""
+    units = len(fn.__code__.co_code) // 2
+    table = bytearray()
+    while units > 0:
+        run = min(units, 8)
+        table.append(0x80 | (15 << 3) | (run - 1))  # location entry "no location" (CPython 3.11+)
+        units -= run
+    fn.__code__ = fn.__code__.replace(co_linetable=bytes(table))
+    return fn
+
+
+def test_zz_ctrl_c_lands_where_there_is_no_line():
+    _without_line_numbers(_raise_interrupt)()
+'''
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="the 3.11 location table format builds the lineless frame")
+def test_ctrl_c_on_an_instruction_without_a_line_is_still_an_interruption(tmp_path: Path) -> None:
+    """A signal can land where CPython records no line (tb_lineno None); pytest's rendering of the
+    interrupt then failed with `None - 1`, and the run exited 1 with an internal traceback, not 2."""
+    make_project(tmp_path, concurrency=1)
+    (tmp_path / "test_stop.py").write_text(LINELESS_TEST)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLEEPY_"))}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    out = done.stdout + done.stderr
+    assert done.returncode == 2, out
+    assert "TypeError" not in out, out
+    assert "KeyboardInterrupt" in out, out
+    (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "incomplete"

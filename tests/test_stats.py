@@ -264,8 +264,9 @@ def test_mean_interval_width_near_the_t_interval_at_large_n() -> None:
     x = rng.uniform(size=500)
     iv = mean_interval(x.tolist())
     half = stats.t.ppf(0.975, 499) * x.std(ddof=1) / math.sqrt(500)
+    assert iv.method == "gaffke"  # from 100 cases; the betting interval measured about 1.23x here
     assert iv.low < x.mean() < iv.high
-    assert 2 * half < iv.width < 1.3 * 2 * half
+    assert 2 * half < iv.width < 1.1 * 2 * half
 
 
 def test_mean_interval_cluster_betting_widens() -> None:

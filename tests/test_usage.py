@@ -578,6 +578,14 @@ def test_diagnosis_says_what_its_re_execution_cost(pytester: pytest.Pytester, mo
     cost -= (len(q) * 0.02) / 1e6  # the gold-context run made no embedding call
     assert u["judges"]["cost"] + u["system"]["cost"] == pytest.approx(cost, abs=1e-12)
     result.stdout.fnmatch_lines(["Re-execution tokens: judges 2 calls, * ~$*; system 3 calls, *"])
+    # the diagnosis's HTML page says the same, from the child runs in the store
+    from html import escape
+
+    from pytest_oloproof.report.html import page_for
+
+    printed = next(ln for ln in result.stdout.lines if ln.startswith("Re-execution tokens:"))
+    _, _, page = page_for(Store(pytester.path / ".store"), doc["id"])
+    assert f'id="reexecution-cost"><code>{escape(printed)}</code>' in page
 
 
 def test_comparison_reports_the_cost_difference_per_case(
@@ -611,6 +619,13 @@ def test_comparison_reports_the_cost_difference_per_case(
         assert row["baseline"]["cost"] == pytest.approx(want, abs=1e-12)
     line = next(x for x in render(doc, doc_id) if x.startswith("Cost of the 4 paired cases"))
     assert line.endswith("difference +$0.000024 (+$0.0000060 per case)")
+    from html import escape
+
+    from pytest_oloproof.report import model
+    from pytest_oloproof.report.html import render_page
+
+    page = render_page(model.comparison_view(doc, doc_id))
+    assert f'id="comparison-cost"><li><code>{escape(line)}</code></li>' in page
 
 
 def test_max_judge_calls_holds_across_xdist_workers(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -118,6 +118,32 @@ def _try_run(store: Store, ref: str | None) -> dict[str, Any] | None:
         return None
 
 
+def _reexecution_line(store: Store, doc: Mapping[str, Any]) -> str | None:
+    """What a diagnosis's re-execution spent, from its child runs' case records (as `oloproof diagnose` prints it).
+
+    None when no child run reported usage; a child run no longer in the store is left out, and the line says so.
+    """
+    from ..usage import child_runs_line
+
+    cases: list[dict[str, Any]] = []
+    pricing = None
+    absent = 0
+    for run_id in (doc.get("child_runs") or {}).values():
+        if not run_id:
+            continue
+        try:
+            record = store.load_run(run_id)
+            cases += list(store.iter_cases(run_id))
+        except Exception:
+            absent += 1
+            continue
+        pricing = pricing or record.get("pricing")
+    line = child_runs_line(cases, pricing)
+    if line and absent:
+        line += f" ({absent} child run(s) not in the store are not counted)"
+    return line
+
+
 def run_page(
     record: Mapping[str, Any],
     store: Store | None = None,
@@ -146,7 +172,8 @@ def page_for(store: Store, ref: str, *, in_folder: bool = False) -> tuple[str, s
         return kind, full, run_page(store.load_run(full), store, in_folder=in_folder)
     doc = store.load_doc(kind, full)
     if kind == "diagnosis":
-        return kind, full, render_page(model.diagnosis_view(doc, full), in_folder=in_folder)
+        view = model.diagnosis_view(doc, full, _reexecution_line(store, doc))
+        return kind, full, render_page(view, in_folder=in_folder)
     if kind == "comparison":
         cand = _try_run(store, (doc.get("candidate") or {}).get("run_id"))
         base = _try_run(store, (doc.get("baseline") or {}).get("run_id"))

@@ -543,8 +543,11 @@ def _verdict(v: Mapping[str, Any] | None) -> dict[str, str]:
     return {"text": f"{status} ({v.get('reason')})", "tone": "warn"}
 
 
-def diagnosis_view(doc: Mapping[str, Any], doc_id: str) -> dict[str, Any]:
-    """The diagnosis page: counts, control, per-case verdicts side by side, the tool's own cautious lines."""
+def diagnosis_view(doc: Mapping[str, Any], doc_id: str, reexecution_line: str | None = None) -> dict[str, Any]:
+    """The diagnosis page: counts, control, per-case verdicts side by side, the tool's own cautious lines.
+
+    `reexecution_line` says what re-executing the cases spent (from the child runs' records), when known.
+    """
     from ..diagnose import LABELS, REPLAYS, intervention_title, render
 
     lines = render(doc, doc_id)
@@ -597,6 +600,7 @@ def diagnosis_view(doc: Mapping[str, Any], doc_id: str) -> dict[str, Any]:
             for u in doc.get("undiagnosable") or []
         ],
         "children": children,
+        "reexecution_line": reexecution_line,
         "gold_context_diagnosis": doc.get("gold_context_diagnosis"),
     }
 
@@ -678,6 +682,7 @@ def comparison_view(
     `candidate` and `baseline` are the two run records when available (for both outputs side by side).
     """
     from ..compare import criterion_line, fmt_margin
+    from ..usage import cost_lines
 
     cand, base = _by_id(candidate), _by_id(baseline)
     flipped: list[dict[str, Any]] = []
@@ -725,6 +730,7 @@ def comparison_view(
         "paired": doc.get("paired_cases"),
         "warnings": list(doc.get("warnings") or []),
         "lines": [criterion_line(n, c) for n, c in (doc.get("criteria") or {}).items()],
+        "cost_lines": cost_lines(doc.get("cost")),
         "plot": differences_plot(doc),
         "notes": list(doc.get("sample_size_notes") or []),
         "decisions": decisions,
