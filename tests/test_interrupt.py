@@ -27,8 +27,8 @@ class System:
         return Retrieval(query=input["q"], depth=depth, candidates=passages)
 
     def generate(self, input, context):
-        if os.environ.get("SLEEPY_SLOW"):
-            time.sleep(0.4)
+        if os.environ.get("SLEEPY_SLOW"):  # later cases slower, so a loaded machine still signals mid-run
+            time.sleep(0.4 if int(input["q"][1:]) < 16 else 2.0)
         return {"answer": "yes " + input["q"]}
 """
 
