@@ -114,9 +114,6 @@ def _label(pid: int, root: int) -> str:
             argv = f.read().decode("utf-8", "replace")
     except OSError:
         return "process"
-    for name in ("cachewriter", "statsworker"):
-        if name in argv:
-            return name
     if "exec(eval(sys.stdin" in argv:  # how execnet starts a pytest-xdist worker
         return "xdist-worker"
     return "process"

@@ -61,44 +61,36 @@ class BenchRag:
         return {{"answer": answer, "citations": [first.doc_id] if first else []}}
 """
 
-#: A conftest for the helper benchmark: OLOPROOF_BENCH_ON="helpers" turns the long-session helper
-#: processes on (plugin.LONG_SESSION_HELPERS); OLOPROOF_BENCH_OFF="writer,stats,gc,long" switches parts off.
+#: A conftest for the gc benchmark: OLOPROOF_BENCH_OFF="gc" keeps a long session from calling
+#: gc.freeze() (the long-session threshold is never reached), so the package is measured unchanged.
+#: OLOPROOF_BENCH_REPORT_TIMES=PATH appends the seconds the session spent writing its JSON report
+#: (`--oloproof-report`, RunRecorder.write_report) to PATH.
 KNOBS = """
 import os
+import time
 
-_ON = {x.strip() for x in os.environ.get("OLOPROOF_BENCH_ON", "").split(",") if x.strip()}
 _OFF = {x.strip() for x in os.environ.get("OLOPROOF_BENCH_OFF", "").split(",") if x.strip()}
+_REPORT_TIMES = os.environ.get("OLOPROOF_BENCH_REPORT_TIMES")
 
-if _ON or _OFF:
-    import gc as _gc
-    import types
-
-    import pytest_oloproof.cache as _cache
+if "gc" in _OFF or "long" in _OFF:
     import pytest_oloproof.plugin as _plugin
-    import pytest_oloproof.statsworker as _statsworker
 
-    if "helpers" in _ON:  # a cache-writer process and a stats worker for a long session
-        _plugin.LONG_SESSION_HELPERS = True
-    if "long" in _OFF:  # the long-session threshold never reached: none of the three
-        _plugin.LONG_SESSION_MIN_ITEMS = 10**12
-    if "writer" in _OFF and hasattr(_cache.Caches, "hold_writes"):
-        _hold = _cache.Caches.hold_writes
+    _plugin.LONG_SESSION_MIN_ITEMS = 10**12
 
-        def _in_process(self, *args, **kwargs):
-            kwargs["background"] = False  # groups committed by the session itself
-            return _hold(self, *args, **kwargs)
+if _REPORT_TIMES:
+    import pytest_oloproof.runner as _runner
 
-        _cache.Caches.hold_writes = _in_process
-    if "stats" in _OFF and hasattr(_statsworker, "StatsWorker"):
+    _write_report = _runner.RunRecorder.write_report
 
-        def _no_worker(self):
-            raise OSError("stats worker switched off by the benchmark")
+    def _timed(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return _write_report(self, *args, **kwargs)
+        finally:
+            with open(_REPORT_TIMES, "a") as f:
+                f.write(f"{time.perf_counter() - t0:.6f}\\n")
 
-        _statsworker.StatsWorker.__init__ = _no_worker
-    if "gc" in _OFF:
-        _plugin.gc = types.SimpleNamespace(
-            freeze=lambda: None, unfreeze=lambda: None, get_freeze_count=_gc.get_freeze_count
-        )
+    _runner.RunRecorder.write_report = _timed
 """
 
 CONFIG = """\
@@ -137,7 +129,8 @@ def make_project(
     `answers="distinct"`: every case has its own answer and its own doc ids, so no verdict of a
     cold run can be a cache hit; `"repeated"`: answers take 5 values and doc ids 97, so most
     verdicts repeat (the easier "cold" of earlier versions of these benchmarks).
-    `knobs`: add the conftest that lets OLOPROOF_BENCH_OFF switch helpers off.
+    `knobs`: add the conftest that lets OLOPROOF_BENCH_OFF switch gc.freeze off and
+    OLOPROOF_BENCH_REPORT_TIMES time the JSON report (see KNOBS).
     """
     if answers not in ("distinct", "repeated"):
         raise ValueError(f"answers: 'distinct' or 'repeated', not {answers!r}")
@@ -202,7 +195,7 @@ def pytest_env(**extra: str) -> dict[str, str]:
     """The environment every benchmarked pytest runs in (no .pyc writes, no user PYTEST_ADDOPTS)."""
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **extra)
     env.pop("PYTEST_ADDOPTS", None)
-    for knob in ("OLOPROOF_BENCH_ON", "OLOPROOF_BENCH_OFF"):
+    for knob in ("OLOPROOF_BENCH_OFF", "OLOPROOF_BENCH_REPORT_TIMES"):
         if knob not in extra:
             env.pop(knob, None)
     return env

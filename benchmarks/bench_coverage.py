@@ -1,4 +1,4 @@
-"""Benchmark 4: coverage and width of the graded-metric intervals, today's (before issue 13) and the new ones.
+"""Benchmark 4: coverage and width of the graded-metric intervals: before issue 13, betting, Gaffke's bound.
 
     python benchmarks/bench_coverage.py [--reps 2000] [--seed 20261201] [--sizes 5,8,13,...]
 
@@ -15,11 +15,17 @@ Methods:
             Carlo error this adds is far below the coverage differences measured).
   t       — the plain t-interval (clustered: on the cluster means), the width reference.
   betting — the betting interval of `pytest_oloproof.betting` (Waudby-Smith & Ramdas 2024),
-            exactly the function Oloproof calls. Oloproof first puts the values in a seeded
-            random order; the samples here are i.i.d., so their drawn order is already random.
+            exactly the function Oloproof calls below 100 independent units. Oloproof first
+            puts the values in a seeded random order; the samples here are i.i.d., so their
+            drawn order is already random.
+  gaffke  — Gaffke's bound, `pytest_oloproof.gaffke`, at every n (Oloproof uses it from 100
+            units), with one seeded set of Monte Carlo weights per cell shared by all the
+            replications, as one run's seed fixes them; clustered data only when all clusters
+            have one size (otherwise "-", and Oloproof keeps the betting interval).
+  now     — what Oloproof prints: betting below 100 units, Gaffke from 100 where it applies.
 
-Targets (issue 13): betting coverage >= 0.94 at 2,000 replications in every cell; its median
-width within 1.25x the t-interval's at n >= 100.
+Targets (issue 13): coverage >= 0.94 at 2,000 replications in every cell; median width
+within 1.25x the t-interval's at n >= 100.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import special, stats
 
-from pytest_oloproof import betting
+from pytest_oloproof import betting, gaffke
+from pytest_oloproof.stats import GAFFKE_FROM
 
 ALPHA = 0.05
 SIZES = (5, 8, 13, 20, 30, 50, 100, 200, 500)
@@ -220,6 +227,20 @@ def new(case: Case, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return betting.betting_bounds(x, np.ones_like(x), ALPHA)
 
 
+def gaffke_interval(case: Case, x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Gaffke's bound as `stats` computes it, None for clusters of unequal sizes (not applicable)."""
+    if case.family == "clustered":
+        sums, sizes = _cluster_sums(x)
+        if not np.all(sizes == sizes[:, :1]):
+            return None
+        units = sums / sizes
+    else:
+        units = (x + 1) / 2 if case.family == "paired" else x
+    w = gaffke.gaffke_weights(units.shape[1], seed)
+    low, high = gaffke.gaffke_bounds(units, np.ones_like(units), ALPHA, weights=w)
+    return (2 * low - 1, 2 * high - 1) if case.family == "paired" else (low, high)
+
+
 def reference_t(case: Case, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if case.family == "clustered":
         sums, sizes = _cluster_sums(x)
@@ -238,14 +259,16 @@ def main() -> None:
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(f"seed {args.seed} · {args.reps} replications per cell · 95% intervals · bootstrap {BOOT} resamples")
+    names = ("before", "t", "betting", "gaffke")
     print(
-        "| distribution | n | before: coverage | before: width | t: coverage | t: width |"
-        " betting: coverage | betting: width | betting / t width |"
+        "| distribution | n | "
+        + " | ".join(f"{m}: coverage | {m}: width" for m in names)
+        + " | betting / t | gaffke / t | now / t |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---|---:|" + "---:|" * (2 * len(names) + 3))
     t0 = time.perf_counter()
-    worst: dict[str, float] = {"before": 1.0, "t": 1.0, "betting": 1.0}
-    ratios: list[float] = []
+    worst = dict.fromkeys((*names, "now"), 1.0)
+    ratios: dict[str, list[tuple[float, str, int]]] = {"betting": [], "now": []}
     for ci, case in enumerate(BATTERY):
         for n in sizes:
             rng = np.random.default_rng([args.seed, ci, n])
@@ -254,23 +277,38 @@ def main() -> None:
                 "before": before(case, x, rng),
                 "t": reference_t(case, x),
                 "betting": new(case, x),
+                "gaffke": gaffke_interval(case, x, args.seed + 1000 * ci + n),
             }
-            cells = []
-            for name, (low, high) in res.items():
-                cov = float(np.mean((low <= case.truth) & (case.truth <= high)))
-                width = float(np.median(high - low))
-                worst[name] = min(worst[name], cov)
-                cells.append((cov, width))
-            ratio = cells[2][1] / cells[1][1] if cells[1][1] > 0 else math.inf
+            cov: dict[str, float] = {}
+            width: dict[str, float] = {}
+            for name, iv in res.items():
+                if iv is None:
+                    continue
+                low, high = iv
+                cov[name] = float(np.mean((low <= case.truth) & (case.truth <= high)))
+                width[name] = float(np.median(high - low))
+            units = math.ceil(n / CLUSTER_SIZE) if case.family == "clustered" else n
+            now = "gaffke" if units >= GAFFKE_FROM and "gaffke" in cov else "betting"
+            cov["now"], width["now"] = cov[now], width[now]
+            for name, c in cov.items():
+                worst[name] = min(worst[name], c)
+
+            def ratio(name: str, width: dict[str, float] = width) -> float:
+                return width[name] / width["t"] if width["t"] > 0 else math.inf
+
             if n >= 100:
-                ratios.append(ratio)
+                for name in ratios:
+                    ratios[name].append((ratio(name), case.name, n))
             mark = lambda c: f"**{c:.3f}**" if c < 0.94 else f"{c:.3f}"  # noqa: E731
-            print(
-                f"| {case.name} | {n} | " + " | ".join(f"{mark(c)} | {w:.3f}" for c, w in cells) + f" | {ratio:.2f} |",
-                flush=True,
-            )
-    print(f"\nlowest coverage: before {worst['before']:.3f} · t {worst['t']:.3f} · betting {worst['betting']:.3f}")
-    print(f"betting / t median width at n >= 100: {min(ratios):.2f} to {max(ratios):.2f}")
+            cells = " | ".join(f"{mark(cov[m])} | {width[m]:.3f}" if m in cov else "- | -" for m in names)
+            gr = f"{ratio('gaffke'):.2f}" if "gaffke" in cov else "-"
+            print(f"| {case.name} | {n} | {cells} | {ratio('betting'):.2f} | {gr} | {ratio('now'):.2f} |", flush=True)
+    print("\nlowest coverage: " + " · ".join(f"{k} {v:.3f}" for k, v in worst.items()))
+    for name, rs in ratios.items():
+        if rs:
+            print(f"{name} / t median width at n >= 100: {min(rs)[0]:.2f} to {max(rs)[0]:.2f}")
+    over = [f"{c} at {n}: {r:.2f}" for r, c, n in ratios["now"] if r > 1.25]
+    print(f"now / t above 1.25 at n >= 100 ({len(over)} of {len(ratios['now'])} cells): " + "; ".join(over))
     print(f"{time.perf_counter() - t0:.0f} s")
 
 

@@ -6,8 +6,7 @@ Runs `pytest --oloproof` (cold, distinct answers) and samples the resident sizes
 session and every helper process it starts (see _measure.py): the peak of their sum is
 the figure; each process's own peak, and their sum (the figure's upper bound), are printed
 beside it, next to bare pytest over the same ids. `--warm` measures a second, warm run too.
-`--helpers` turns the long-session helper processes on, `--off writer,stats,gc,long` switches
-parts off (see bench_helpers.py).
+`--off gc` runs without gc.freeze() (see bench_gc.py).
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=100_000)
     ap.add_argument("--depth", type=int, default=10)
     ap.add_argument("--warm", action="store_true")
-    ap.add_argument("--helpers", action="store_true", help="the cache-writer process and the stats worker")
-    ap.add_argument("--off", default="", help="parts to switch off: writer, stats, gc, long (all of them)")
+    ap.add_argument("--off", default="", help="gc: no gc.freeze() (see bench_gc.py)")
     ap.add_argument("--skip-bare", action="store_true", help="no bare pytest run")
     args = ap.parse_args()
     print(f"cases: {args.cases}, depth {args.depth}, load average at start: {load_average()}")
@@ -43,8 +41,8 @@ def main() -> None:
         root = Path(tmp)
         make_bare(root / "bare", args.cases)
         make_project(root / "olo", args.cases, depth=args.depth, top_k=min(4, args.depth), knobs=True)
-        env = pytest_env(OLOPROOF_BENCH_ON="helpers" if args.helpers else "", OLOPROOF_BENCH_OFF=args.off)
-        off = (" (helpers on)" if args.helpers else "") + (f" (off: {args.off})" if args.off else "")
+        env = pytest_env(OLOPROOF_BENCH_OFF=args.off)
+        off = f" (off: {args.off})" if args.off else ""
         show("pytest --oloproof cold" + off, run_pytest(root / "olo", "--oloproof", env=env))
         if args.warm:
             show("pytest --oloproof warm" + off, run_pytest(root / "olo", "--oloproof", env=env))

@@ -10,8 +10,7 @@ every process, peak of the summed resident sizes), cold, distinct answers:
 - heavy: 300 cases whose `generate` burns `--burn-s` (0.1 s) of CPU holding the GIL (a CPU-heavy stage or
   evaluator), at `concurrency` 1 and 8.
 
-On xdist workers cases run one at a time, and neither the controller nor a worker starts
-the long-session helper processes; the process labels printed show what ran.
+On xdist workers cases run one at a time; the process labels printed show what ran.
 """
 
 from __future__ import annotations

@@ -280,8 +280,9 @@ def paired_interval(
 ) -> stats.Interval:
     """Interval for the mean difference candidate − baseline (as a proportion, not points).
 
-    Pass/fail: Tango's score interval. Graded: the paired betting interval. With clusters
-    (`metadata.cluster`), the paired betting interval over whole clusters, and for pass/fail
+    Pass/fail: Tango's score interval. Graded: the paired interval of `stats` (betting, or
+    Gaffke's from 100 pairs). With clusters (`metadata.cluster`), the paired interval over
+    whole clusters, and for pass/fail
     never narrower than Tango's (clustering can only add uncertainty).
     """
     n = len(pairs)
@@ -295,7 +296,7 @@ def paired_interval(
         if clusters is None:
             return tango
         iv = stats.paired_mean_diff_interval(diffs, confidence, seed=seed, clusters=clusters)
-        if iv.method != "paired-cluster-betting":
+        if not iv.method.startswith("paired-cluster-"):
             return tango
         if iv.low <= tango.low and iv.high >= tango.high:
             return iv
@@ -501,7 +502,7 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
         margin = fmt_margin(d["margin"])
         cases = f"{n} paired case{'' if n == 1 else 's'}"
         head = f"{d['criterion']}: {cases} cannot establish {d['test']} at a {margin}-point"
-        if d.get("kind") == "mean":  # from the paired betting interval with every difference 0
+        if d.get("kind") == "mean":  # from the paired graded interval with every difference 0
             note = f"{head} margin, even with no change; about {needed} would be needed"
         else:  # from Tango's interval with no discordant pair
             note = f"{head} margin; about {needed} would be needed with no changed verdicts"

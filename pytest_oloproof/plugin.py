@@ -34,7 +34,6 @@ if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever
     from .evaluators.base import Evaluator
     from .evaluators.registry import Registry
     from .runner import Evaluation, RunRecorder
-    from .statsworker import StatsWorker
 
 PLUGIN_KEY = pytest.StashKey["OloproofPlugin"]()
 PLUGIN_NAME = "oloproof-session"
@@ -43,12 +42,6 @@ EXIT_USAGE = 2
 EXIT_INTERNAL = 4
 #: A long session (this many case items or more) freezes the collector's view of what collection built.
 LONG_SESSION_MIN_ITEMS = 1000
-#: Whether a long session also commits its cache writes from a child process (cachewriter.py) and
-#: imports scipy.stats in another (statsworker.py). Off: measured on the whole process tree
-#: (benchmarks/bench_helpers.py) they cost more CPU and memory than they save (at 100,000 cases the
-#: two held 670 MiB), and buy wall time only while a core is idle; the session commits each group of
-#: writes itself, in one diskcache transaction, and computes its summary itself.
-LONG_SESSION_HELPERS = False
 
 
 # ------------------------------------------------------------------ options
@@ -296,7 +289,6 @@ class OloproofPlugin:
         self.interrupted = False
         self.items_selected = 0
         self._gc_frozen = False
-        self.stats_worker: StatsWorker | None = None
         self.gate_exit: int | None = None
         self.gate: Any = None  # compare.SessionGate when --oloproof-baseline is given
         self.summary_lines: list[str] = []
@@ -585,20 +577,11 @@ class OloproofPlugin:
             return
         # this process alone runs these cases: commit cache writes in groups, skip lookups of absent keys
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
-        # (with LONG_SESSION_HELPERS, a long session hands the groups to a writer process instead)
-        helpers = long_session and LONG_SESSION_HELPERS
-        ev.caches.hold_writes(background=helpers)
+        ev.caches.hold_writes()
         ev.caches.track_keys()
         from .execute import RunGate
 
         self.run_gate = ev.engine.run_gate = RunGate()
-        if helpers:
-            from .statsworker import StatsWorker
-
-            try:
-                self.stats_worker = StatsWorker()  # imports scipy.stats on another core while the cases run
-            except OSError:
-                self.stats_worker = None  # the summary is computed here, as for a short session
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
             from .prefetch import Prefetcher
@@ -803,10 +786,6 @@ class OloproofPlugin:
                         "the run is recorded, but those stages are not cached. If this repeats, reset the cache "
                         f"with: {clear_command(self.evaluation.store.cache_dir)}"
                     )
-                if caches.writer_error:  # recovered: this process committed what the writer left
-                    self.summary_lines.append(
-                        f"warning: {caches.writer_error}; this process committed the cache writes it had left"
-                    )
 
     def _sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self.prefetcher is not None:
@@ -827,7 +806,6 @@ class OloproofPlugin:
         complete = not interrupted and len(self.recorder.cases) >= self.items_selected
         # the evaluators actually used (conftest overrides and additions), so the run
         # record and its metrics describe what ran, not only what was configured
-        self.recorder.stats_worker, self.stats_worker = self.stats_worker, None
         record = self.recorder.finish(
             "complete" if complete else "incomplete", {"evaluators": self.recorder.header["evaluators"]}
         )
@@ -938,9 +916,6 @@ class OloproofPlugin:
             self._gc_frozen = False
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        if self.stats_worker is not None:  # never asked (no case was recorded)
-            self.stats_worker.close()
-            self.stats_worker = None
         if getattr(self, "_sigterm_installed", False):  # in-process sessions (pytest.main) must not leak it
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -1001,7 +976,7 @@ def _merge_evaluators(header: dict[str, Any], used: list[dict[str, Any]]) -> Non
 def _warm_summary() -> None:
     """Import (and run once) what the run's summary needs, so a latency-bound session does not pay it at its end.
 
-    The intervals' first call imports scipy's quantile functions (the better part of a second); done
+    The intervals' first call imports scipy's quantile functions (a few tenths of a second); done
     while the prefetched cases wait on retrievers, models and judges, it costs no wall time. Never fails.
     """
     try:

@@ -51,7 +51,8 @@ class DecisionRule(ABC):
         """Pairs needed to pass with no changed verdict, or None if that can never pass.
 
         Derived from the interval the comparison uses: Tango's for a rate, the paired
-        betting interval for a graded mean (wider, so more pairs are needed).
+        graded interval for a mean (betting, or Gaffke's from 100 pairs; wider, so more
+        pairs are needed).
         """
         if margin <= 0 or margin >= 100:
             return None

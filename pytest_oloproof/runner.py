@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import __version__, usage
 from .aggregate import summarize_run, summary_settings
@@ -21,10 +21,7 @@ from .evaluators.registry import Registry
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, error_record, internal_error, resolve_system
 from .identity import case_digest, case_set_digest, settings_identity
 from .missreasons import explain as explain_misses
-from .store import RunWriter, Store, new_run_id, write_json_stream
-
-if TYPE_CHECKING:
-    from .statsworker import StatsWorker
+from .store import RunWriter, Store, new_run_id, write_json_lines, write_json_stream
 
 
 def now_iso() -> str:
@@ -368,8 +365,6 @@ class RunRecorder:
         self.header = dict(header)
         self.cases: list[dict[str, Any]] = []
         self._writer: RunWriter | None = None
-        #: a child process that imported scipy.stats while the run went on (long sessions); used once
-        self.stats_worker: StatsWorker | None = None
 
     def _open(self) -> RunWriter:
         if self._writer is None:
@@ -402,14 +397,8 @@ class RunRecorder:
         self.cases.append(slim_case(rec))
 
     def summarize(self) -> dict[str, Any]:
-        """Metrics, slices and cache counts for the cases recorded so far (by the stats worker, if given one)."""
-        settings = summary_settings(self.header)
-        if self.stats_worker is not None:
-            worker, self.stats_worker = self.stats_worker, None
-            result = worker.summarize(self.cases, settings)
-            if result is not None:
-                return result
-        return summarize_run(self.cases, settings)
+        """Metrics, slices and cache counts for the cases recorded so far."""
+        return summarize_run(self.cases, summary_settings(self.header))
 
     def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
@@ -468,17 +457,22 @@ class RunRecorder:
             self.cases = written
 
     def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
-        """The JSON run report with every full case record, streamed from the store (memory stays flat)."""
+        """The JSON run report with every full case record, streamed from the store (memory stays flat).
+
+        The lines this recorder wrote are copied into the report as they are; a file holding
+        anything else is read back and encoded record by record.
+        """
         head = {k: v for k, v in record.items() if k != "cases"}
+        lines = self._writer.own_lines() if self._writer is not None else None
+        if lines is not None:
+            write_json_lines(path, head, "cases", lines)
+            return
         cases = self.store.iter_cases(self.run_id, strict=False)
         write_json_stream(path, head, "cases", cases)
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-        if self.stats_worker is not None:  # handed over but never asked
-            self.stats_worker.close()
-            self.stats_worker = None
 
 
 def run_cases(

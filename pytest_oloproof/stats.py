@@ -2,8 +2,10 @@
 
 Pure functions over numpy/scipy. Pass rates: exact Clopper–Pearson; paired pass/fail:
 Tango's score interval; graded means, paired graded differences and anything
-clustered: the betting intervals of Waudby-Smith & Ramdas (module `betting`), valid
-at every n. Every function returns an :class:`Interval`
+clustered: the betting intervals of Waudby-Smith & Ramdas (module `betting`) below
+100 independent units (valid at every n, by Ville's inequality), Gaffke's bound (module
+`gaffke`) from 100 units of equal size (conjectured valid at every n; no counterexample
+known). Every function returns an :class:`Interval`
 that names the method used and, when a fallback was needed, says why in
 ``note``. No function ever returns a zero-width interval as if it were
 certainty: degenerate inputs (no data, one value, all values equal) get an
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import betting
+from . import betting, gaffke
 
 
 class _LazyModule:
@@ -39,6 +41,8 @@ class _LazyModule:
 
 optimize: Any = _LazyModule("scipy.optimize")
 stats: Any = _LazyModule("scipy.stats")
+#: The quantile functions a run needs: `import scipy.special` costs about a third of `import scipy.stats`.
+special: Any = _LazyModule("scipy.special")
 
 __all__ = [
     "Interval",
@@ -62,6 +66,10 @@ NOTE_ALL_DIFFS_EQUAL = "all differences equal"
 NOTE_FEW_CLUSTERS = "fewer than 2 clusters"
 NOTE_WIDENED_TO_CP = "widened to the unclustered Clopper-Pearson interval"
 
+#: From this many independent units (cases, or clusters of one size) graded means use Gaffke's
+#: bound instead of the betting interval; decided in advance, never from the data's values.
+GAFFKE_FROM = 100
+
 
 @dataclass(frozen=True)
 class Interval:
@@ -81,7 +89,7 @@ class Interval:
 def z_for(confidence: float) -> float:
     """Two-sided standard-normal critical value for ``confidence`` (0.95 -> 1.959964)."""
     _check_confidence(confidence)
-    return float(stats.norm.ppf(0.5 + confidence / 2.0))
+    return float(special.ndtri(0.5 + confidence / 2.0))  # what scipy.stats.norm.ppf computes
 
 
 def _check_confidence(confidence: float) -> None:
@@ -123,8 +131,9 @@ def _cluster_totals(values: np.ndarray, ids: np.ndarray) -> tuple[np.ndarray, np
 def clopper_pearson(k: float, n: int, confidence: float = 0.95) -> tuple[float, float]:
     """Clopper–Pearson bounds from beta quantiles; ``k`` may be fractional (k = n·mean).
 
-    For integer ``k`` this equals scipy's ``binomtest(k, n).proportion_ci(method="exact")``;
-    the beta form extends it continuously to a non-integer number of "successes".
+    For integer ``k`` this equals scipy's ``binomtest(k, n).proportion_ci(method="exact")`` (which
+    finds the same bounds by root-finding, to within 2e-12); the beta form extends it continuously
+    to a non-integer number of "successes". ``betaincinv`` is what ``scipy.stats.beta.ppf`` calls.
     """
     _check_confidence(confidence)
     if n <= 0:
@@ -132,14 +141,14 @@ def clopper_pearson(k: float, n: int, confidence: float = 0.95) -> tuple[float, 
     if not 0.0 <= k <= n:
         raise ValueError(f"k must be in [0, n], got k={k!r}, n={n!r}")
     alpha = 1.0 - confidence
-    low = 0.0 if k <= 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
-    high = 1.0 if k >= n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+    low = 0.0 if k <= 0 else float(special.betaincinv(k, n - k + 1, alpha / 2))
+    high = 1.0 if k >= n else float(special.betaincinv(k + 1, n - k, 1 - alpha / 2))
     return low, high
 
 
 def _exact_rate(k: int, n: int, confidence: float, note: str | None = None) -> Interval:
-    ci = stats.binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
-    return Interval(float(ci.low), float(ci.high), "clopper-pearson", note)
+    low, high = clopper_pearson(k, n, confidence)
+    return Interval(low, high, "clopper-pearson", note)
 
 
 def rate_interval(
@@ -172,34 +181,40 @@ def rate_interval(
         return _exact_rate(k, n, confidence, "all clusters are singletons")
     if g < 2:
         return Interval(0.0, 1.0, "degenerate", NOTE_FEW_CLUSTERS)
-    low, high = _betting(arr, confidence, seed, ids)
+    low, high, how = _bounded_mean(arr, confidence, seed, ids)
     exact = _exact_rate(k, n, confidence)
     note = _join(NOTE_ALL_EQUAL if k in (0, n) else None, f"{g} clusters")
     if low <= exact.low and high >= exact.high:
-        return Interval(low, high, "cluster-betting", note)
-    return Interval(min(low, exact.low), max(high, exact.high), "cluster-betting", _join(note, NOTE_WIDENED_TO_CP))
+        return Interval(low, high, "cluster-" + how, note)
+    return Interval(min(low, exact.low), max(high, exact.high), "cluster-" + how, _join(note, NOTE_WIDENED_TO_CP))
 
 
-def _betting(
+def _bounded_mean(
     values: np.ndarray,
     confidence: float,
     seed: int,
     ids: np.ndarray | None = None,
-) -> tuple[float, float]:
-    """Betting bounds (see `betting`) for the mean of ``values`` in [0, 1], clusters optional.
+) -> tuple[float, float, str]:
+    """Bounds for the mean of ``values`` in [0, 1], clusters optional, and the method's name.
 
-    The bets depend on the order of the observations, so they are taken in a seeded random
-    order (the run's seed): the same run always gives the same interval, and an eval set
-    sorted by difficulty or topic cannot steer the bets.
+    From `GAFFKE_FROM` independent units of one size (cases, or clusters that all have the
+    same number of cases): Gaffke's bound (`gaffke`), Monte Carlo weights from the run's seed.
+    Otherwise the betting interval (`betting`), whose bets depend on the order of the
+    observations, so they are taken in a seeded random order: the same run always gives the
+    same interval, and an eval set sorted by difficulty or topic cannot steer the bets.
     """
     if ids is None:
         sums, sizes = values, np.ones_like(values)
     else:
         sums, sizes = _cluster_totals(values, ids)
-    order = np.random.default_rng(seed).permutation(sums.size)
     top = float(sizes.max())
-    low, high = betting.betting_bounds((sums[order] / top)[None, :], (sizes[order] / top)[None, :], 1.0 - confidence)
-    return float(low[0]), float(high[0])
+    alpha = 1.0 - confidence
+    if sums.size >= GAFFKE_FROM and np.all(sizes == top):
+        low, high = gaffke.gaffke_bounds((sums / top)[None, :], np.ones((1, sums.size)), alpha, seed=seed)
+        return float(low[0]), float(high[0]), "gaffke"
+    order = np.random.default_rng(seed).permutation(sums.size)
+    low, high = betting.betting_bounds((sums[order] / top)[None, :], (sizes[order] / top)[None, :], alpha)
+    return float(low[0]), float(high[0]), "betting"
 
 
 def mean_interval(
@@ -209,13 +224,15 @@ def mean_interval(
     seed: int = 0,
     clusters: Sequence[Hashable | None] | None = None,
 ) -> Interval:
-    """Interval for the mean of graded scores in [0, 1], valid at every n.
+    """Interval for the mean of graded scores in [0, 1], valid at every n (from `GAFFKE_FROM` units: conjectured).
 
-    The betting confidence interval of Waudby-Smith & Ramdas (JRSS-B 2024), see
-    `pytest_oloproof.betting`: no CLT, no bootstrap asymptotics, only the bounds [0, 1].
-    With clusters the bets are placed on whole clusters, so a handful of clusters gives
-    a wide interval. All values equal is no special case (the interval stays wide at
-    small n); n < 2 gives [0, 1].
+    Below `GAFFKE_FROM` independent units, the betting confidence interval of Waudby-Smith
+    & Ramdas (JRSS-B 2024, `pytest_oloproof.betting`); from there, Gaffke's bound
+    (`pytest_oloproof.gaffke`), about as narrow as the t-interval where the CLT holds. Neither
+    uses the CLT or bootstrap asymptotics, only the bounds [0, 1]. With clusters the units are
+    whole clusters (Gaffke's bound only when all clusters have one size), so a handful of
+    clusters gives a wide interval. All values equal is no special case (the interval stays
+    wide at small n); n < 2 gives [0, 1].
     """
     _check_confidence(confidence)
     arr = _as_array(values, 0.0, 1.0, "scores")
@@ -231,10 +248,10 @@ def mean_interval(
         if g < n:
             if g < 2:
                 return Interval(0.0, 1.0, "degenerate", NOTE_FEW_CLUSTERS)
-            low, high = _betting(arr, confidence, seed, ids)
-            return Interval(low, high, "cluster-betting", _join(note, f"{g} clusters"))
-    low, high = _betting(arr, confidence, seed)
-    return Interval(low, high, "betting", note)
+            low, high, how = _bounded_mean(arr, confidence, seed, ids)
+            return Interval(low, high, "cluster-" + how, _join(note, f"{g} clusters"))
+    low, high, how = _bounded_mean(arr, confidence, seed)
+    return Interval(low, high, how, note)
 
 
 def _join(*notes: str | None) -> str | None:
@@ -308,9 +325,9 @@ def paired_mean_diff_interval(
 ) -> Interval:
     """Interval for the mean of paired differences of [0, 1] scores (values in [-1, 1]).
 
-    The betting interval (as for single-run means) on (d + 1) / 2, which lies in [0, 1],
-    mapped back: valid at every n, and wide when nothing changed (13 zero differences
-    give about ±0.40), never the zero-width interval of a paired t or a bootstrap.
+    The interval of a single-run mean (betting, or Gaffke's from 100 pairs) on (d + 1) / 2,
+    which lies in [0, 1], mapped back: valid at every n (Gaffke's: conjectured), and wide when nothing changed (13 zero
+    differences give about ±0.28), never the zero-width interval of a paired t or a bootstrap.
     """
     _check_confidence(confidence)
     arr = _as_array(diffs, -1.0, 1.0, "differences")
@@ -330,9 +347,9 @@ def paired_mean_diff_interval(
 
 
 def mean_pairs_needed_without_change(margin: float, confidence: float = 0.95) -> int:
-    """Smallest number of pairs whose paired betting interval, with every difference 0,
-    has a lower bound above −``margin`` (a proportion): below it, even an unchanged graded
-    criterion cannot pass a non-inferiority or equivalence test at that margin.
+    """Smallest number of pairs whose paired interval (`paired_mean_diff_interval`), with every
+    difference 0, has a lower bound above −``margin`` (a proportion): below it, even an unchanged
+    graded criterion cannot pass a non-inferiority or equivalence test at that margin.
 
     With no change every order of the pairs is the same, so the seed does not matter; the
     lower bound rises with n, so a doubling then bisection search finds the smallest n.

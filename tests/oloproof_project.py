@@ -39,47 +39,15 @@ class Mini:
 
 
 # A conftest.py that watches a session from inside. It sets the item count from which a session is
-# long, and turns the helper processes on (so a small test session can use a writer process and a
-# stats worker); notes the pid of each
-# writer and stats worker in writer.pids ("writer 123", "stats 124"), and whether the stats worker
-# answered ("stats-answered 1"); and writes to gc.json the
-# collector's frozen-object count during the first item and once pytest is done with the session.
+# long, and writes to gc.json the collector's frozen-object count during the first item and once
+# pytest is done with the session.
 PROBE_CONFTEST = """
 import gc, json
 
-import pytest_oloproof.cachewriter as cachewriter
 import pytest_oloproof.plugin as plugin
-import pytest_oloproof.statsworker as statsworker
 
 plugin.LONG_SESSION_MIN_ITEMS = {min_items}
-plugin.LONG_SESSION_HELPERS = True  # the helper processes are off by default
 _seen = {{}}
-
-
-def _noting(cls, kind):
-    start = cls.__init__
-
-    def noted(self, *args):
-        start(self, *args)
-        with open("writer.pids", "a") as f:
-            f.write(kind + " " + str(self.proc.pid) + "\\n")
-
-    cls.__init__ = noted
-
-
-_noting(cachewriter.BackgroundWriter, "writer")
-_noting(statsworker.StatsWorker, "stats")
-_summarize = statsworker.StatsWorker.summarize
-
-
-def _answered(self, *args, **kwargs):
-    result = _summarize(self, *args, **kwargs)
-    with open("writer.pids", "a") as f:
-        f.write("stats-answered " + str(int(result is not None)) + "\\n")
-    return result
-
-
-statsworker.StatsWorker.summarize = _answered
 
 
 def pytest_runtest_call(item):

@@ -16,7 +16,7 @@ from _measure import Measured, Proc, Series, spread  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-# The parent starts a helper in its own session (as Oloproof's helpers are) and exits without
+# The parent starts a helper in its own session (as a daemon a system starts may be) and exits without
 # waiting for it; the helper burns CPU after its parent is gone. The parent lingers a few sampling
 # intervals first, so the sampler sees both processes alive even on a loaded machine.
 ORPHAN = textwrap.dedent(

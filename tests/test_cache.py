@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -397,118 +392,15 @@ def test_keys_are_not_tracked_above_the_limit(tmp_path: Path, open_caches: Calla
     assert Caches(tmp_path / "off", CacheMode.OFF).track_keys() is False
 
 
-# ------------------------------------------------------------------ the background writer process
-
-
-def test_background_writer_commits_groups_and_they_stay_readable_until_then(
-    open_caches: Callable[[], Caches],
-) -> None:
-    writer, other = open_caches(), open_caches()
-    writer.hold_writes(max_entries=3, max_age_s=3600, background=True)
-    for i in range(7):  # two full groups go to the child; the seventh entry waits here
-        with writer.batch():
-            writer.put("judgment", f"k{i}", i)
-    child = writer._writer
-    assert child is not None and child.proc.poll() is None
-    assert [writer.get("judgment", f"k{i}") for i in range(7)] == list(range(7))  # at once, acknowledged or not
-    writer.flush()  # sends the rest and waits for every acknowledgement
-    assert [other.get("judgment", f"k{i}") for i in range(7)] == list(range(7))
-    writer.close()
-    assert child.proc.returncode == 0 and writer.writer_error is None
-
-
 def test_a_later_group_overrides_an_earlier_one(open_caches: Callable[[], Caches]) -> None:
     writer, other = open_caches(), open_caches()
-    writer.hold_writes(max_entries=1, max_age_s=3600, background=True)
+    writer.hold_writes(max_entries=1, max_age_s=3600)
     for value in ("first", "second", "third"):
         with writer.batch():
             writer.put("generate", "k", {"output": value})
         assert writer.get("generate", "k") == {"output": value}
     writer.flush()
     assert other.get("generate", "k") == {"output": "third"}
-
-
-def test_groups_a_dead_writer_left_are_committed_by_the_session(open_caches: Callable[[], Caches]) -> None:
-    writer, other = open_caches(), open_caches()
-    writer.hold_writes(max_entries=2, max_age_s=3600, background=True)
-    for i in range(2):
-        with writer.batch():
-            writer.put("retrieve", f"a{i}", i)
-    child = writer._writer
-    assert child is not None
-    writer.flush()  # the first group is committed by the child
-    os.kill(child.proc.pid, signal.SIGSTOP)  # the next group reaches the pipe but is never committed
-    for i in range(2):
-        with writer.batch():
-            writer.put("retrieve", f"b{i}", i)
-    assert writer.get("retrieve", "b1") == 1  # in flight, readable from memory
-    os.kill(child.proc.pid, signal.SIGKILL)
-    child.proc.wait()
-    # the session notices at its next group and takes the unacknowledged one back, under what is newer
-    for key, value in (("b1", 99), ("c0", 0), ("c1", 1)):
-        with writer.batch():
-            writer.put("retrieve", key, value)
-    writer.flush()
-    assert writer._writer is None and writer.writer_error  # not restarted; the reason is kept for the summary
-    got = {k: other.get("retrieve", k) for k in ("a0", "a1", "b0", "b1", "c0", "c1")}
-    assert got == {"a0": 0, "a1": 1, "b0": 0, "b1": 99, "c0": 0, "c1": 1}
-
-
-def test_a_process_forked_from_the_session_does_not_keep_the_writer_alive(open_caches: Callable[[], Caches]) -> None:
-    writer = open_caches()
-    writer.hold_writes(max_entries=1, max_age_s=3600, background=True)
-    with writer.batch():
-        writer.put("judgment", "k", 1)
-    child = writer._writer
-    assert child is not None and child.proc.stdin is not None
-    forked = os.fork()  # as a system's multiprocessing pool would; it inherits the session's pipe ends
-    if forked == 0:
-        time.sleep(30)
-        os._exit(0)
-    try:
-        child.drain()
-        child.proc.stdin.close()  # the end of input, as when the session dies: no closing frame
-        assert child.proc.wait(timeout=20) == 0  # seen at once: the fork's copy of the pipe was let go
-    finally:
-        os.kill(forked, signal.SIGKILL)
-        os.waitpid(forked, 0)
-
-
-def test_the_writer_commits_what_it_received_when_the_session_dies(tmp_path: Path) -> None:
-    script = (
-        "import os, sys\n"
-        "from pathlib import Path\n"
-        "from pytest_oloproof.cache import Caches\n"
-        "c = Caches(Path(sys.argv[1]))\n"
-        "c.hold_writes(max_entries=50, max_age_s=3600, background=True)\n"
-        "for i in range(120):\n"
-        "    with c.batch():\n"
-        "        c.put('judgment', f'k{i}', i)\n"
-        "print(c._writer.proc.pid, flush=True)\n"
-        "os._exit(0)  # no flush, no close: as if killed\n"
-    )
-    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "c")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    child_pid = int(out.stdout.split()[0])
-    deadline = time.monotonic() + 30
-    while _running(child_pid):  # the orphaned writer finishes what it has, then exits at end of input
-        assert time.monotonic() < deadline, "the writer did not exit after its parent died"
-        time.sleep(0.05)
-    caches = Caches(tmp_path / "c")
-    try:
-        got = [caches.get("judgment", f"k{i}") for i in range(120)]
-    finally:
-        caches.close()
-    assert got == list(range(100)) + [None] * 20  # the two groups sent; the 20 entries held back are lost
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")  # a zombie has exited
 
 
 EVALUATORS = (
@@ -604,3 +496,48 @@ def test_a_corrupt_bundle_falls_back_to_single_verdicts(pytester: pytest.Pyteste
     assert counts(warm, "execution") == (3, 0)
     assert counts(warm, "judgment") == (9, 0)
     assert {c["id"]: c["criteria"] for c in warm["cases"]} == {c["id"]: c["criteria"] for c in cold["cases"]}
+
+
+# ------------------------------------------------------------------ a group written in one statement
+
+
+def _rows(directory: Path) -> dict[str, tuple[Any, ...]]:
+    """Every row diskcache holds, by key, without its timestamps (what a group write must reproduce)."""
+    import sqlite3
+
+    con = sqlite3.connect(directory / "cache.db")
+    try:
+        query = "SELECT key, raw, expire_time, access_count, tag, size, mode, filename IS NOT NULL, value FROM Cache"
+        return {str(r[0]): r[1:] for r in con.execute(query)}
+    finally:
+        con.close()
+
+
+def test_a_group_write_leaves_the_rows_cache_set_leaves(tmp_path: Path) -> None:
+    from pytest_oloproof.cache import _row_layout, open_diskcache, write_group
+
+    big = "x" * 40_000  # diskcache keeps this in a file
+    before = {"retrieve:small": "old", "retrieve:filed": big, "retrieve:stays": "kept"}
+    group = {f"judgment:k{i}": f'{{"v":{i}}}' for i in range(1200)}  # more than one IN (...) chunk
+    group.update({"retrieve:small": "new", "retrieve:filed": "now small", "generate:large": big + "y"})
+    directories = {}
+    for how in ("cache.set", "write_group"):
+        directory = tmp_path / how.replace(".", "_")
+        cache = open_diskcache(directory)
+        assert _row_layout(cache)  # the one-statement path is the one taken
+        for k, v in before.items():
+            cache.set(k, v)
+        if how == "cache.set":
+            with cache.transact():
+                for k, v in group.items():
+                    cache.set(k, v)
+        else:
+            write_group(cache, group)
+        assert len(cache) == len(before) + len(group) - 2  # diskcache's own count, kept by its triggers
+        assert {k: cache.get(k) for k in [*before, *group]} == {**before, **group}
+        cache.close()
+        directories[how] = directory
+    assert _rows(directories["write_group"]) == _rows(directories["cache.set"])
+    # the file of the value that was replaced is gone, as with Cache.set; only the new large one is left
+    files = {how: sorted(p.name for p in d.rglob("*.val")) for how, d in directories.items()}
+    assert len(files["write_group"]) == len(files["cache.set"]) == 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import uuid
@@ -19,11 +18,8 @@ from pytest_oloproof.cache import Caches
 from pytest_oloproof.cases import Case
 from pytest_oloproof.execute import Engine, ResolvedSystem, _Gate
 from pytest_oloproof.identity import execution_key, retrieve_key
-from pytest_oloproof.plugin import LONG_SESSION_MIN_ITEMS
 from pytest_oloproof.prefetch import Prefetcher, Progress, ProgressDisplay
-from pytest_oloproof.runner import RunRecorder, slim_case
-from pytest_oloproof.statsworker import StatsWorker
-from pytest_oloproof.store import Store
+from pytest_oloproof.runner import slim_case
 
 # ------------------------------------------------------------------ engine-level helpers
 
@@ -487,33 +483,22 @@ class System:
 """
 
 
-def test_a_long_session_freezes_what_it_collected_and_uses_helper_processes(
+def test_a_long_session_freezes_what_it_collected_and_commits_its_cache_writes_itself(
     pytester: pytest.Pytester,
 ) -> None:
-    n = LONG_SESSION_MIN_ITEMS
+    n = 40
     write_project(pytester.path, f"plain_{uuid.uuid4().hex[:8]}", PLAIN_SYSTEM, n)
-    pytester.makeconftest(PROBE_CONFTEST.format(min_items=LONG_SESSION_MIN_ITEMS))
-    pids = pytester.path / "writer.pids"
+    pytester.makeconftest(PROBE_CONFTEST.format(min_items=n))  # a session of n items counts as long
 
-    def run(*args: str) -> tuple[pytest.RunResult, dict[str, int], list[tuple[str, int]]]:
-        pids.unlink(missing_ok=True)
+    def run(*args: str) -> tuple[pytest.RunResult, dict[str, int]]:
         result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly", *args)
-        seen = json.loads((pytester.path / "gc.json").read_text())
-        noted = [line.split() for line in pids.read_text().splitlines()] if pids.exists() else []
-        return result, seen, [(kind, int(pid)) for kind, pid in noted]
+        return result, json.loads((pytester.path / "gc.json").read_text())
 
-    result, seen, helpers = run()
+    result, seen = run()
     result.assert_outcomes(passed=n)
     assert seen["during"] > 0 and seen["after"] == 0  # frozen while the cases ran, released at the end
-    # one cache writer and one stats worker for the whole session, both used, both gone with it
-    assert sorted(kind for kind, _ in helpers) == ["stats", "stats-answered", "writer"]
-    assert ("stats-answered", 1) in helpers  # the summary came from the worker, not the fallback
-    assert "cache writer" not in result.stdout.str()  # no warning: the writer committed everything
-    for kind, pid in helpers:
-        if kind != "stats-answered":
-            with pytest.raises(ProcessLookupError):
-                os.kill(pid, 0)
-    # the summary the stats worker computed is the one this process computes from the stored cases
+    assert "answer_correct │ 100.0%" in result.stdout.str()  # the summary, computed by the session itself
+    # the summary is the one computed from the stored cases
     (run_dir,) = (pytester.path / ".oloproof" / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     cases = [slim_case(json.loads(line)) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
@@ -522,102 +507,9 @@ def test_a_long_session_freezes_what_it_collected_and_uses_helper_processes(
         k: record[k] for k in ("metrics", "slices", "cache", "counts")
     }
 
-    result, seen, helpers = run()  # everything the writer committed is there for the next run
+    result, seen = run()  # every group of writes was committed by the session itself
     assert re.search(rf"Cache: execution {n} hit/0 miss; judgment {n} hit/0 miss", result.stdout.str())
 
-    result, seen, helpers = run("-k", "c000 or c001", "--oloproof-cache=refresh")  # a short session: none of it
+    result, seen = run("-k", "c000 or c001", "--oloproof-cache=refresh")  # a short session: no freeze
     result.assert_outcomes(passed=2)
-    assert seen == {"during": 0, "after": 0} and helpers == []
-
-
-def test_a_long_session_commits_and_summarizes_in_process_by_default(pytester: pytest.Pytester) -> None:
-    # the helper processes are off unless LONG_SESSION_HELPERS says otherwise: no writer, no stats worker
-    n = 40
-    write_project(pytester.path, f"plain_{uuid.uuid4().hex[:8]}", PLAIN_SYSTEM, n)
-    probe = PROBE_CONFTEST.format(min_items=n)
-    assert "plugin.LONG_SESSION_HELPERS = True" in probe
-    pytester.makeconftest(probe.replace("plugin.LONG_SESSION_HELPERS = True", "pass"))
-    pids = pytester.path / "writer.pids"
-
-    result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly")
-    result.assert_outcomes(passed=n)
-    seen = json.loads((pytester.path / "gc.json").read_text())
-    assert seen["during"] > 0 and seen["after"] == 0  # still a long session: frozen while the cases ran
-    assert not pids.exists()  # no writer process and no stats worker was started
-    assert "answer_correct │ 100.0%" in result.stdout.str()  # the summary, computed by the session itself
-
-    again = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly")
-    again.assert_outcomes(passed=n)  # every write was committed by the session itself
-    assert re.search(rf"Cache: execution {n} hit/0 miss; judgment {n} hit/0 miss", again.stdout.str())
-    assert not pids.exists()
-
-
-def synthetic_summaries(n: int) -> list[dict[str, Any]]:
-    """Slim case summaries with a rate, a mean, missing and excluded values, clusters, slices and errors."""
-    out = []
-    for i in range(n):
-        error = {"reason": "system_error", "stage": "generate"} if i % 17 == 0 else None
-        rate = {"status": "observed", "value": float(i % 3 != 0), "reason": None}
-        mean = {"status": "observed", "value": (i * 37 % 100) / 100.0, "reason": None}
-        if error:
-            rate = mean = {"status": "missing", "value": None, "reason": "system_error"}
-        elif i % 11 == 0:
-            mean = {"status": "excluded", "value": None, "reason": "no relevant units"}
-        out.append(
-            {
-                "id": f"c{i:04d}",
-                "criteria": {"answer_correct": rate, "ndcg_at_5": mean},
-                "metadata": {"topic": f"t{i % 3}", "cluster": f"k{i // 4}"},
-                "relevant_position": None if error else (i % 4) or "none",
-                "context_truncated": None if error else i % 5 == 0,
-                "error": error,
-                "cache": {
-                    "execution": "miss",
-                    "retrieve": "miss",
-                    "generate": "miss",
-                    "judgment": {"hit": 0, "miss": 2},
-                },
-            }
-        )
-    return out
-
-
-SUMMARY_SETTINGS = {
-    "criteria": [["answer_correct", "rate"], ["ndcg_at_5", "mean"]],
-    "confidence": 0.95,
-    "seed": 7,
-    "slices": ["metadata.topic", "relevant_position", "context_truncated"],
-    "min_slice_support": 3,
-}
-
-
-@pytest.mark.parametrize("n", [12, 240])  # bootstrap intervals below 30 observations, t-intervals above
-def test_the_stats_worker_computes_exactly_the_summary_the_session_would(n: int) -> None:
-    cases = synthetic_summaries(n)
-    local = summarize_run(cases, SUMMARY_SETTINGS)
-    worker = StatsWorker()
-    try:
-        remote = worker.summarize(cases, SUMMARY_SETTINGS)
-    finally:
-        worker.close()
-    assert remote is not None
-    assert remote == json.loads(json.dumps(local))  # what the run record stores, to the last digit
-    assert remote["metrics"]["answer_correct"]["method"] and remote["slices"]
-
-
-def test_a_recorder_whose_stats_worker_died_computes_the_summary_itself(tmp_path: Path) -> None:
-    recorder = RunRecorder(Store(tmp_path / "store"), {"evaluators": [], "slices": []})
-    recorder.cases = synthetic_summaries(40)
-    recorder.header.update(
-        evaluators=[{"criterion": c, "kind": k} for c, k in SUMMARY_SETTINGS["criteria"]],
-        slices=SUMMARY_SETTINGS["slices"],
-        seed=SUMMARY_SETTINGS["seed"],
-        min_slice_support=3,
-    )
-    worker = StatsWorker()
-    assert worker.proc is not None
-    worker.proc.kill()
-    worker.proc.wait()
-    recorder.stats_worker = worker
-    assert recorder.summarize() == summarize_run(recorder.cases, SUMMARY_SETTINGS)
-    assert recorder.stats_worker is None and worker.proc is None  # used once, then let go
+    assert seen == {"during": 0, "after": 0}

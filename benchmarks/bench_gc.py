@@ -1,25 +1,19 @@
-"""Benchmark 5: what each long-session helper buys, measured on the whole process tree.
+"""Benchmark 5: what gc.freeze() buys a long session, measured on the whole process tree.
 
-    python benchmarks/bench_helpers.py [--cases 1000,10000] [--rounds 2] [--answers distinct|repeated]
+    python benchmarks/bench_gc.py [--cases 1000,10000] [--rounds 3] [--answers distinct|repeated]
 
-From LONG_SESSION_MIN_ITEMS (1,000) case items up, a session freezes the garbage collector's
-view of what collection built. With plugin.LONG_SESSION_HELPERS (off by default since these
-figures) it also commits its cache writes through a writer process (cachewriter.py) and imports
-scipy.stats in a stats worker process (statsworker.py). Each variant switches parts on or off
-through a conftest written into the throw-away project (OLOPROOF_BENCH_ON / OLOPROOF_BENCH_OFF,
-see _project.KNOBS); nothing in the package changes:
+From plugin.LONG_SESSION_MIN_ITEMS (1,000) case items up, a session freezes the garbage
+collector's view of what collection built (see the README's "Long sessions"). Two variants,
+switched through a conftest written into the throw-away project (OLOPROOF_BENCH_OFF, see
+_project.KNOBS); nothing in the package changes:
 
-- default: what the package does (gc.freeze; cache groups committed by the session itself, one
-  diskcache transaction per group; scipy.stats imported and the summary computed in the session);
-- helpers: both helper processes (the writer and the stats worker), as before;
-- writer: only the cache-writer process;
-- stats: only the stats worker;
-- no-gc-freeze: no gc.freeze();
-- none: the long-session threshold never reached (no freeze, no helpers).
+- default: what the package does;
+- no-gc-freeze: the long-session threshold never reached, so no gc.freeze().
 
-Each variant runs cold (fresh store, distinct answers) then warm, in interleaved rounds whose
-order rotates; ratios are per round, to that round's default run. Whole tree: wall, CPU of
-every process, peak of the sampled sum of resident sizes.
+(The cache-writer process and the stats worker this benchmark used to measure were removed;
+their figures are in the README.) Each variant runs cold (fresh store, distinct answers) then
+warm, in interleaved rounds whose order rotates; ratios are per round, to that round's default
+run. Whole tree: wall, CPU of every process, peak of the sampled sum of resident sizes.
 """
 
 from __future__ import annotations
@@ -35,21 +29,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _measure import Measured, load_average, spread
 from _project import make_project, pytest_env, run_pytest
 
-#: variant -> (OLOPROOF_BENCH_ON, OLOPROOF_BENCH_OFF)
-VARIANTS = {
-    "default": ("", ""),
-    "helpers": ("helpers", ""),
-    "writer": ("helpers", "stats"),
-    "stats": ("helpers", "writer"),
-    "no-gc-freeze": ("", "gc"),
-    "none": ("", "long"),
-}
+#: variant -> OLOPROOF_BENCH_OFF
+VARIANTS = {"default": "", "no-gc-freeze": "gc"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cases", default="1000,10000", help="comma-separated case counts")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--answers", choices=("distinct", "repeated"), default="distinct")
     ap.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated, of: " + ", ".join(VARIANTS))
     ap.add_argument("--verbose", action="store_true")
@@ -67,8 +54,7 @@ def main() -> None:
             for r in range(args.rounds):
                 k = r % len(variants)
                 for variant in variants[k:] + variants[:k]:
-                    on, off = VARIANTS[variant]
-                    env = pytest_env(OLOPROOF_BENCH_ON=on, OLOPROOF_BENCH_OFF=off)
+                    env = pytest_env(OLOPROOF_BENCH_OFF=VARIANTS[variant])
                     if store.exists():
                         shutil.rmtree(store)
                     for phase in ("cold", "warm"):
