@@ -21,6 +21,8 @@ from .identity import context_identity, judgment_key, sha256_of
 #: Key of an execution record that holds verdicts judged ahead of its item (an `Ahead`, see prejudge.py);
 #: evaluate_record pops it and uses those verdicts instead of judging them again.
 AHEAD = "_oloproof_ahead"
+#: Missing reason of a verdict left unjudged because the session was interrupted while recording its case.
+INTERRUPTED = "interrupted"
 
 
 @dataclass(slots=True)
@@ -112,8 +114,14 @@ def evaluate_record(
     relevance_unit: str = "document",
     gold: Sequence[Mapping[str, Any]] | None = None,
     bypass_judgment: bool = False,
+    ask: bool = True,
 ) -> dict[str, Any]:
-    """Add criteria, relevant_position and judgment cache counts to an execution record."""
+    """Add criteria, relevant_position and judgment cache counts to an execution record.
+
+    `ask=False` (the session was interrupted while recording): no judge is asked (evaluators that only
+    compute still run); verdicts judged ahead or in the judgment cache are used, the others are missing
+    with reason `interrupted`.
+    """
     criteria: dict[str, dict[str, Any]] = {}
     hits = misses = 0
     error = rec.get("error")
@@ -160,7 +168,7 @@ def evaluate_record(
                 hits += hit
                 misses += not hit
             else:
-                value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved))
+                value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved), ask=ask or not _asks_a_model(ev))
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
@@ -180,6 +188,11 @@ def evaluate_record(
     rec.setdefault("cache", {})["judgment"] = {"hit": hits, "miss": misses}
     _note_judge_usage(rec, spent, saved)
     return rec
+
+
+def _asks_a_model(ev: Evaluator) -> bool:
+    """Whether an evaluator asks a model (an LLM judge, with its provider) rather than only computing."""
+    return getattr(ev, "provider", None) is not None
 
 
 def _note_judge_usage(
@@ -299,8 +312,12 @@ def _judge(
     digests: _Digests | None = None,
     usage_log: tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] | None = None,
     keyed: tuple[str | None] | None = None,
+    ask: bool = True,
 ) -> tuple[CriterionValue, bool]:
-    """One verdict through the judgment cache: (value, whether it was a hit); `keyed`: (verdict_key,) if known."""
+    """One verdict through the judgment cache: (value, whether it was a hit); `keyed`: (verdict_key,) if known.
+
+    `ask=False`: a verdict not in the cache is missing (`interrupted`) instead of asking the evaluator.
+    """
     digests = digests or _Digests(x)
     key = keyed[0] if keyed is not None else verdict_key(ev, digests)
     if key is not None:
@@ -314,6 +331,10 @@ def _judge(
                 if usage_log is not None and isinstance(cached.get("usage"), list) and cached["usage"]:
                     usage_log[1][ev.criterion] = cached["usage"]
                 return value, True
+    if not ask:
+        return CriterionValue.missing(
+            INTERRUPTED, detail={"message": "the run was interrupted before this verdict was judged"}
+        ), False
     got: list[dict[str, Any]] = []
     try:
         with usage.collect() as got:

@@ -890,12 +890,26 @@ class OloproofPlugin:
         evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
         # the prefetcher's own records of these cases carry what was judged ahead of their items
         ahead = dict((c.id, r) for c, r in self.prefetcher.finished()) if self.prefetcher is not None else {}
+        left = [c for c in done if c not in recorded]
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self.interrupted and left and tr is not None:
+            tr.write_line(
+                f"oloproof: judging {len(left)} completed case(s) as they are recorded "
+                "(Ctrl-C again to record them with only the verdicts already judged)"
+            )
+        ask = True
         for item in session.items:
             case = getattr(item, "case", None) if isinstance(item, CaseItem) else None
             if case is None or case.id not in done or case.id in recorded:
                 continue
             recorded.add(case.id)
-            rec = ev.evaluate(case, ahead.get(case.id) or done[case.id], evaluators)
+            source = ahead.get(case.id) or done[case.id]
+            kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
+            try:
+                rec = ev.evaluate(case, source, evaluators, ask=ask)
+            except KeyboardInterrupt:  # Ctrl-C again: judge nothing more, but record every completed case
+                self.interrupted, ask = True, False
+                rec = ev.evaluate(case, kept, evaluators, ask=False)
             if self.recorder is None:
                 from .runner import RunRecorder
 

@@ -100,8 +100,12 @@ class Evaluation:
         *,
         gold: Sequence[Mapping[str, Any]] | None = None,
         bypass_judgment: bool = False,
+        ask: bool = True,
     ) -> dict[str, Any]:
-        """The case record with its criteria; never raises but KeyboardInterrupt (see internal_error_case)."""
+        """The case record with its criteria; never raises but KeyboardInterrupt (see internal_error_case).
+
+        `ask=False`: judge nothing more (see evaluate_record).
+        """
         evs = evaluators or self.evaluators
         try:
             with usage.using_budget(self.budget):  # judge calls reserve from the run's budget
@@ -113,6 +117,7 @@ class Evaluation:
                     relevance_unit=self.relevance_unit,
                     gold=gold,
                     bypass_judgment=bypass_judgment,
+                    ask=ask,
                 )
             return with_case_fields(case, rec)
         except KeyboardInterrupt:

@@ -175,3 +175,65 @@ def test_ctrl_c_on_an_instruction_without_a_line_is_still_an_interruption(tmp_pa
     assert "KeyboardInterrupt" in out, out
     (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "incomplete"
+
+
+MAIN_THREAD_JUDGE = """
+import json, threading, time
+from pathlib import Path
+
+def judge(messages):
+    if threading.current_thread() is threading.main_thread():  # judging what was left, as cases are recorded
+        (Path(__file__).parent / "recording.txt").write_text("yes")
+    time.sleep(1.0)
+    return json.dumps({"verdict": "pass", "rationale": "slow but sure"})
+"""
+
+
+def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them_all(tmp_path: Path) -> None:
+    """After Ctrl-C, the completed cases not judged ahead yet are judged as they are recorded, one at a time.
+    Pressing Ctrl-C again there (as Oloproof invites) used to crash pytest with a bare KeyboardInterrupt
+    (exit -2): run.json without counts, fewer cases recorded than completed. Now the rest are recorded
+    with the verdicts known and the others missing, reason `interrupted`; the run is incomplete, exit 2."""
+    make_project(tmp_path, concurrency=8, judged=True)
+    (tmp_path / "sleepy_judge.py").write_text(MAIN_THREAD_JUDGE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLEEPY_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 60
+    while len(recorded_lines(tmp_path)) < 1:
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "no case was recorded within 60 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    while not (tmp_path / "recording.txt").exists():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, "nothing left was judged as it was recorded"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert "judging" in out, out  # the wait is announced
+
+    (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    assert record["status"] == "incomplete", out
+    assert record["counts"]["cases"] == len(cases) == len({c["id"] for c in cases}), out
+    grounded = [c["criteria"]["grounded"] for c in cases]
+    assert any(g["status"] == "missing" and g["reason"] == "interrupted" for g in grounded), out
+    assert all(g["status"] == "observed" or g["reason"] == "interrupted" for g in grounded), out
+    assert all(c["criteria"]["answer_correct"]["status"] == "observed" for c in cases), out
+
+    again = oloproof_run(tmp_path, slow=False)
+    out2, _ = again.communicate(timeout=180)
+    cache_line = re.search(r"Cache: execution (\d+) hit/(\d+) miss", out2)
+    assert cache_line, out2
+    # every case that completed was recorded, and nothing else
+    assert (int(cache_line[1]), int(cache_line[2])) == (len(cases), N_CASES - len(cases)), out2
