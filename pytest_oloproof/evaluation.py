@@ -168,7 +168,8 @@ def evaluate_record(
                 hits += hit
                 misses += not hit
             else:
-                value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved), ask=ask or not _asks_a_model(ev))
+                asks = ask or not _asks_a_model(ev)
+                value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved), ask=asks)
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
