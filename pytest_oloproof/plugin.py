@@ -888,8 +888,6 @@ class OloproofPlugin:
             return
         recorded = self.recorder.written_ids() if self.recorder is not None else set()
         evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
-        # the prefetcher's own records of these cases carry what was judged ahead of their items
-        ahead = dict((c.id, r) for c, r in self.prefetcher.finished()) if self.prefetcher is not None else {}
         left = [c for c in done if c not in recorded]
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if self.interrupted and left and tr is not None:
@@ -903,9 +901,12 @@ class OloproofPlugin:
             if case is None or case.id not in done or case.id in recorded:
                 continue
             recorded.add(case.id)
-            source = ahead.get(case.id) or done[case.id]
-            kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
+            kept = dict(done[case.id])
             try:
+                # the prefetcher's own record carries what was judged ahead of the item (waited for while
+                # a judge thread is still asking for a verdict of it: no judge is asked twice)
+                source = (self.prefetcher.settled(case.id, wait=ask) if self.prefetcher is not None else None) or kept
+                kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
                 rec = ev.evaluate(case, source, evaluators, ask=ask)
             except KeyboardInterrupt:  # Ctrl-C again: judge nothing more, but record every completed case
                 self.interrupted, ask = True, False

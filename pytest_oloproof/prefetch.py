@@ -407,6 +407,27 @@ class Prefetcher:
         """Cases started whose record is not ready yet (executing, or being judged ahead)."""
         return self._running + self._judging
 
+    def settled(self, case_id: str, wait: bool = True) -> dict[str, Any] | None:
+        """After stop(): the case's record here, once no judge thread judges it any more (None: none).
+
+        A judge thread still asking for one of its verdicts files it here within that one call (it
+        judges nothing more once the run stops); waiting for it means no judge is asked twice.
+        `wait=False`: only a record already ready.
+        """
+        fut = self._futures.get(case_id)
+        if fut is None:
+            return None
+        while wait and not fut.done():
+            try:
+                fut.result(timeout=POLL_S)
+            except (FutureTimeout, CancelledError):
+                pass
+            except BaseException:  # the case's own error, seen below
+                break
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
+            return fut.result()
+        return None
+
     def finished(self) -> list[tuple[Case, dict[str, Any]]]:
         """Cases executed but not yet taken by an item, in item order (for an interrupted run)."""
         out = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -311,3 +312,18 @@ def test_the_openai_provider_loads_its_ca_bundle_once_not_per_request(monkeypatc
         assert len(server.requests) == 3
     assert all('"pass"' in r for r in replies)
     assert len(loads) == 1
+
+
+def test_a_run_stopped_by_x_asks_no_judge_twice_for_the_verdicts_in_flight(pytester: pytest.Pytester) -> None:
+    """`-x` stops the run at the first failing case (c02) while judge threads are asking for later cases'
+    verdicts; the completed cases are then recorded. Those in flight used to be asked for again on
+    pytest's thread, as each was recorded: two requests for one verdict."""
+    with ScriptedServer(responder=verdicts(0.5)) as server:
+        project(pytester.path, server.base_url, concurrency=8, judge_concurrency=3)
+        result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly", "-x")
+        answers = Counter(_answer(r) for r in server.requests)
+    result.assert_outcomes(passed=2, failed=1)
+    cases = cases_lines(pytester.path)
+    assert len(cases) == len({c["id"] for c in cases}) > 3  # the completed cases are recorded, once each
+    assert all(c["criteria"]["grounded"]["status"] == "observed" for c in cases)
+    assert len(answers) == len(cases) and set(answers.values()) == {1}, answers  # one request per verdict
