@@ -892,7 +892,7 @@ class OloproofPlugin:
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
         if self.interrupted and left and tr is not None:
             tr.write_line(
-                f"oloproof: judging {len(left)} completed case(s) as they are recorded "
+                f"oloproof: recording {len(left)} completed case(s), judging what was not judged ahead "
                 "(Ctrl-C again to record them with only the verdicts already judged)"
             )
         ask = True

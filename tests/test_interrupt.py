@@ -219,7 +219,7 @@ def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out
-    assert "judging" in out, out  # the wait is announced
+    assert "completed case(s), judging what was not judged ahead" in out, out  # the wait is announced
 
     (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
