@@ -348,8 +348,8 @@ def paired_mean_diff_interval(
     if iv.method == "degenerate":
         return Interval(-1.0, 1.0, "degenerate", iv.note)
     method = "paired-" + iv.method
-    if iv.note and iv.note != NOTE_ALL_EQUAL:
-        note = _join(note, iv.note)
+    if iv.note:  # the shifted values' "all values equal" is already said as "all differences equal"
+        note = _join(note, *(x for x in iv.note.split("; ") if x != NOTE_ALL_EQUAL))
     return Interval(max(-1.0, 2.0 * iv.low - 1.0), min(1.0, 2.0 * iv.high - 1.0), method, note)
 
 
