@@ -202,3 +202,17 @@ def test_high_confidence_at_many_units_is_never_silently_the_whole_range() -> No
         assert iv.width < 0.1 and iv.low < 0.5 < iv.high, (confidence, iv)
     assert mean_interval(x[:2000], 0.999).method == "betting"
     assert mean_interval(x[:2000], 0.95).method == "gaffke"
+
+
+def test_coverage_where_many_samples_are_all_equal() -> None:
+    """99% 0.9 and 1% 0 at n = 100: about a third of the samples are all 0.9 and get the closed
+    form, the rest the draws; both must hold the mean 0.891 on each side (seeded, fresh seed each)."""
+    reps, n, truth = 400, 100, 0.99 * 0.9
+    rng = np.random.default_rng(31)
+    x = np.where(rng.random((reps, n)) < 0.99, 0.9, 0.0)
+    ivs = [mean_interval(row.tolist(), seed=i) for i, row in enumerate(x)]
+    constant = np.all(x == 0.9, axis=1)
+    assert 0.25 < constant.mean() < 0.5
+    assert all(iv.low <= truth for iv, c in zip(ivs, constant, strict=True) if c)  # 0.9 · 0.025^(1/100)
+    assert np.mean([truth < iv.low for iv in ivs]) <= 0.03
+    assert np.mean([truth > iv.high for iv in ivs]) <= 0.03
