@@ -21,7 +21,9 @@ off conservatively: a bound is the k-th most extreme draw with k the least integ
 (α/2)(B + 1) − 1, the Monte Carlo p-value rule (1 + #draws beyond) / (B + 1) > α/2, which
 keeps each side's miss rate at most α/2 for every B, averaged over seeds, when the exact
 test is valid at every level. For one seed the bound is off the exact one by the Monte
-Carlo error (about ±0.0025 in each tail's probability at 4,000 draws).
+Carlo error (about ±0.0025 in each tail's probability at 4,000 draws). Rows with a closed
+form (`exact_rows`: all values equal, or all 0/1) skip the draws, so their bound is exact, the
+same for every seed, and rises with n (the sample-size line's search relies on it).
 
 Clusters (equal sizes only; the caller checks): the values are the cluster sums and sizes
 divided by the largest size, and each draw is the ratio Σ E_j·S_j / Σ E_j·N_j with the extra
