@@ -98,7 +98,7 @@ class Settings(Strict):
     concurrency: Int = Field(default=1, ge=1)
     timeout_s: Float | None = Field(default=None, gt=0)
     retries: Int = Field(default=0, ge=0)
-    seed: Int = 0
+    seed: Int = Field(default=0, ge=0, description="non-negative: it seeds numpy generators")
     markers: list[str] = Field(default_factory=list)
     store: str = ".oloproof"
     pricing: dict[str, ModelPrice] | None = None

@@ -21,7 +21,9 @@ off conservatively: a bound is the k-th most extreme draw with k the least integ
 (α/2)(B + 1) − 1, the Monte Carlo p-value rule (1 + #draws beyond) / (B + 1) > α/2, which
 keeps each side's miss rate at most α/2 for every B, averaged over seeds, when the exact
 test is valid at every level. For one seed the bound is off the exact one by the Monte
-Carlo error (about ±0.0025 in each tail's probability at 4,000 draws).
+Carlo error (about ±0.0025 in each tail's probability at 4,000 draws). Rows with a closed
+form (`exact_rows`: all values equal, or all 0/1) skip the draws, so their bound is exact, the
+same for every seed, and rises with n (the sample-size line's search relies on it).
 
 Clusters (equal sizes only; the caller checks): the values are the cluster sums and sizes
 divided by the largest size, and each draw is the ratio Σ E_j·S_j / Σ E_j·N_j with the extra
@@ -36,7 +38,7 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-__all__ = ["DRAWS", "draws_for", "gaffke_bounds", "gaffke_weights"]
+__all__ = ["DRAWS", "MIN_RANK", "draws_for", "exact_rows", "gaffke_bounds", "gaffke_weights", "resolves"]
 
 #: Monte Carlo draws per interval: the bound is then the 100th most extreme of 4,000 at 95%.
 DRAWS = 4000
@@ -46,6 +48,9 @@ _BUDGET = 2_000_000
 _MIN_DRAWS = 400
 #: Exponentials generated per block (bounded memory at 100,000 cases).
 _BLOCK = 2_000_000
+#: The Monte Carlo bound is used only when it is at least the 10th most extreme draw (as 400
+#: draws give at 95%): at 99.9% and 1,000 units the budget's 1,999 draws would give k = 0, [0, 1].
+MIN_RANK = 10
 
 
 def draws_for(units: int) -> int:
@@ -60,6 +65,41 @@ def _rank(alpha: float, draws: int) -> int:
     integer above (α/2)(draws + 1) − 1 (the 1e-9 absorbs float error at an exact integer).
     """
     return math.floor((alpha / 2.0) * (draws + 1) - 1.0 + 1e-9) + 1
+
+
+def resolves(units: int, alpha: float) -> bool:
+    """Whether the draws for ``units`` read each tail at rank `MIN_RANK` or beyond at level α."""
+    return _rank(alpha, draws_for(units)) >= MIN_RANK
+
+
+def exact_rows(sums: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Rows whose bound has a closed form, so it needs no draws: sizes all 1 and the values
+    all equal or all 0/1 (the weighted sums are then beta variables)."""
+    sums = np.atleast_2d(np.asarray(sums, dtype=float))
+    sizes = np.atleast_2d(np.asarray(sizes, dtype=float))
+    ones = np.all(sizes == 1.0, axis=1)
+    equal = np.all(sums == sums[:, :1], axis=1)
+    binary = np.all((sums == 0.0) | (sums == 1.0), axis=1)
+    out: np.ndarray = ones & (equal | binary)
+    return out
+
+
+def _exact_bounds(sums: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Gaffke's bound without Monte Carlo for `exact_rows` (r, g): the extra point's weight is
+    Beta(1, g), so all values v give v·(α/2)^(1/g) and v + (1 − v)(1 − (α/2)^(1/g)); k ones give
+    Beta(k, g + 1 − k) and Beta(k + 1, g − k) quantiles, which is Clopper–Pearson."""
+    from scipy import special  # lazily: importing scipy costs start-up time
+
+    g = sums.shape[1]
+    v, k = sums[:, 0], sums.sum(axis=1)
+    q = (alpha / 2.0) ** (1.0 / g)
+    binary = np.all((sums == 0.0) | (sums == 1.0), axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        b_low = np.where(k > 0, special.betaincinv(np.maximum(k, 1e-300), g + 1 - k, alpha / 2.0), 0.0)
+        b_high = np.where(k < g, special.betaincinv(k + 1, np.maximum(g - k, 1e-300), 1.0 - alpha / 2.0), 1.0)
+    low = np.where(binary, b_low, v * q)
+    high = np.where(binary, b_high, v + (1.0 - v) * (1.0 - q))
+    return low, high
 
 
 def gaffke_weights(units: int, seed: int, draws: int | None = None) -> np.ndarray:
@@ -89,10 +129,26 @@ def gaffke_bounds(
     ``sums``/``sizes``: per unit, its sum and size divided by the largest size (without
     clusters: the values and ones). ``weights``: the exponentials (default: `gaffke_weights`
     of ``seed``), shared by every row, so the coverage benchmark can pass many samples at once.
-    Each side holds with probability at least 1 − α/2.
+    Each side holds with probability at least 1 − α/2. `exact_rows` get the closed form
+    instead (no Monte Carlo error, the same for every seed).
     """
     sums = np.atleast_2d(np.asarray(sums, dtype=float))
     sizes = np.atleast_2d(np.asarray(sizes, dtype=float))
+    exact = exact_rows(sums, sizes)
+    if np.any(exact):
+        e_low, e_high = _exact_bounds(sums[exact], alpha)
+        if np.all(exact):
+            return np.clip(e_low, 0.0, 1.0), np.clip(e_high, 0.0, 1.0)
+        lo, hi = _monte_carlo_bounds(sums, sizes, alpha, seed, weights)
+        lo[exact], hi[exact] = e_low, e_high
+        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return _monte_carlo_bounds(sums, sizes, alpha, seed, weights)
+
+
+def _monte_carlo_bounds(
+    sums: np.ndarray, sizes: np.ndarray, alpha: float, seed: int, weights: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """`gaffke_bounds` from the draws, for every row."""
     r, g = sums.shape
     if weights is None:
         blocks: Iterable[np.ndarray] = _weight_blocks(g, seed)

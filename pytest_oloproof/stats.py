@@ -198,7 +198,9 @@ def _bounded_mean(
     """Bounds for the mean of ``values`` in [0, 1], clusters optional, and the method's name.
 
     From `GAFFKE_FROM` independent units of one size (cases, or clusters that all have the
-    same number of cases): Gaffke's bound (`gaffke`), Monte Carlo weights from the run's seed.
+    same number of cases): Gaffke's bound (`gaffke`), Monte Carlo weights from the run's seed
+    (a closed form for all values equal or all 0/1), unless the draws affordable at that many
+    units cannot read the tail at this confidence (`gaffke.resolves`; e.g. 99% from 1,000 units).
     Otherwise the betting interval (`betting`), whose bets depend on the order of the
     observations, so they are taken in a seeded random order: the same run always gives the
     same interval, and an eval set sorted by difficulty or topic cannot steer the bets.
@@ -209,8 +211,13 @@ def _bounded_mean(
         sums, sizes = _cluster_totals(values, ids)
     top = float(sizes.max())
     alpha = 1.0 - confidence
-    if sums.size >= GAFFKE_FROM and np.all(sizes == top):
-        low, high = gaffke.gaffke_bounds((sums / top)[None, :], np.ones((1, sums.size)), alpha, seed=seed)
+    units, ones = (sums / top)[None, :], np.ones((1, sums.size))
+    if (
+        sums.size >= GAFFKE_FROM
+        and np.all(sizes == top)
+        and (gaffke.resolves(sums.size, alpha) or bool(gaffke.exact_rows(units, ones)[0]))
+    ):
+        low, high = gaffke.gaffke_bounds(units, ones, alpha, seed=seed)
         return float(low[0]), float(high[0]), "gaffke"
     order = np.random.default_rng(seed).permutation(sums.size)
     low, high = betting.betting_bounds((sums[order] / top)[None, :], (sizes[order] / top)[None, :], alpha)
@@ -341,8 +348,8 @@ def paired_mean_diff_interval(
     if iv.method == "degenerate":
         return Interval(-1.0, 1.0, "degenerate", iv.note)
     method = "paired-" + iv.method
-    if iv.note and iv.note != NOTE_ALL_EQUAL:
-        note = _join(note, iv.note)
+    if iv.note:  # the shifted values' "all values equal" is already said as "all differences equal"
+        note = _join(note, *(x for x in iv.note.split("; ") if x != NOTE_ALL_EQUAL))
     return Interval(max(-1.0, 2.0 * iv.low - 1.0), min(1.0, 2.0 * iv.high - 1.0), method, note)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -9,7 +10,13 @@ import pytest
 from scipy import stats
 
 from pytest_oloproof import gaffke
-from pytest_oloproof.stats import GAFFKE_FROM, mean_interval, paired_mean_diff_interval, rate_interval
+from pytest_oloproof.stats import (
+    GAFFKE_FROM,
+    mean_interval,
+    mean_pairs_needed_without_change,
+    paired_mean_diff_interval,
+    rate_interval,
+)
 
 
 def _bounds(x: list[float] | np.ndarray, seed: int = 0, draws: int | None = None) -> tuple[float, float]:
@@ -142,3 +149,70 @@ def test_comparisons_use_gaffke_from_100_pairs() -> None:
     tango = paired_interval(verdicts, binary=True, confidence=0.95, seed=0)
     assert tango.method == "tango" and (b, c) != (0, 0)
     assert clustered.low <= tango.low and clustered.high >= tango.high
+
+
+@pytest.mark.parametrize("v", [0.0, 0.5, 0.9, 1.0])
+@pytest.mark.parametrize("n", [100, 150, 1000])
+def test_all_equal_values_get_the_exact_bound_for_every_seed(v: float, n: int) -> None:
+    """All values v: the extra point's weight is Beta(1, n), so Gaffke's bound is exactly
+    v·(α/2)^(1/n) and v + (1 − v)(1 − (α/2)^(1/n)); no Monte Carlo error, no seed dependence
+    (all 0s / all 1s: exactly Clopper–Pearson)."""
+    q = 0.025 ** (1 / n)
+    for seed in range(5):
+        iv = mean_interval([v] * n, seed=seed)
+        assert iv.method == "gaffke" and iv.width > 0
+        assert iv.low == pytest.approx(v * q, abs=1e-12) and iv.high == pytest.approx(v + (1 - v) * (1 - q), abs=1e-12)
+    if v in (0.0, 1.0):
+        cp = rate_interval([v] * n)
+        assert (iv.low, iv.high) == pytest.approx((cp.low, cp.high), abs=1e-12)
+
+
+@pytest.mark.parametrize(("k", "n"), [(1, 100), (10, 150), (75, 120), (119, 120)])
+def test_zero_one_values_are_exactly_clopper_pearson(k: int, n: int) -> None:
+    """On 0/1 values the weighted sums are beta variables: the bound is Clopper–Pearson, for every seed."""
+    x = [1.0] * k + [0.0] * (n - k)
+    cp = rate_interval(x)
+    for seed in (0, 7):
+        iv = mean_interval(x, seed=seed)
+        assert iv.method == "gaffke"
+        assert (iv.low, iv.high) == pytest.approx((cp.low, cp.high), abs=1e-12)
+
+
+def test_pairs_needed_is_the_smallest_n_for_every_seed() -> None:
+    """The sample-size line: brute force over n. The lower bound for n unchanged pairs must rise
+    with n across the switch at 100 (the doubling and bisection search relies on it), and the
+    number returned must pass whatever the run's seed, with one pair fewer failing."""
+    lows = [paired_mean_diff_interval([0.0] * n).low for n in range(2, 420)]
+    assert all(b >= a for a, b in itertools.pairwise(lows))
+    for margin in (0.01, 0.02, 0.03, 0.04, 0.1):
+        n = mean_pairs_needed_without_change(margin)
+        if n < 420:
+            assert n == 2 + next(i for i, low in enumerate(lows) if low > -margin)
+        for seed in (0, 2, 6, 17):
+            assert paired_mean_diff_interval([0.0] * n, seed=seed).low > -margin
+            assert paired_mean_diff_interval([0.0] * (n - 1), seed=seed).low <= -margin
+
+
+def test_high_confidence_at_many_units_is_never_silently_the_whole_range() -> None:
+    """At 99.9% the Monte Carlo rank needs about 2,000 draws; from about 1,000 units the budget
+    gives fewer, and Gaffke's bound would be [0, 1]: the betting interval is used instead."""
+    x = np.random.default_rng(3).random(5000).tolist()
+    for confidence in (0.999, 0.99):
+        iv = mean_interval(x, confidence)
+        assert iv.width < 0.1 and iv.low < 0.5 < iv.high, (confidence, iv)
+    assert mean_interval(x[:2000], 0.999).method == "betting"
+    assert mean_interval(x[:2000], 0.95).method == "gaffke"
+
+
+def test_coverage_where_many_samples_are_all_equal() -> None:
+    """99% 0.9 and 1% 0 at n = 100: about a third of the samples are all 0.9 and get the closed
+    form, the rest the draws; both must hold the mean 0.891 on each side (seeded, fresh seed each)."""
+    reps, n, truth = 400, 100, 0.99 * 0.9
+    rng = np.random.default_rng(31)
+    x = np.where(rng.random((reps, n)) < 0.99, 0.9, 0.0)
+    ivs = [mean_interval(row.tolist(), seed=i) for i, row in enumerate(x)]
+    constant = np.all(x == 0.9, axis=1)
+    assert 0.25 < constant.mean() < 0.5
+    assert all(iv.low <= truth for iv, c in zip(ivs, constant, strict=True) if c)  # 0.9 · 0.025^(1/100)
+    assert np.mean([truth < iv.low for iv in ivs]) <= 0.03
+    assert np.mean([truth > iv.high for iv in ivs]) <= 0.03

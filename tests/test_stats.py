@@ -388,6 +388,9 @@ def test_paired_mean_diff_is_betting_on_the_shifted_scale() -> None:
     clustered = paired_mean_diff_interval(small.tolist(), clusters=[i // 4 for i in range(12)])
     assert clustered.method == "paired-cluster-betting" and clustered.width > iv.width
     assert paired_mean_diff_interval([]).note == "no observations"
+    # the shifted scale's "all values equal" is the differences' note, said once
+    same = paired_mean_diff_interval([0.0] * 12, clusters=[i // 4 for i in range(12)])
+    assert same.note == "all differences equal; 3 clusters"
     assert paired_mean_diff_interval([0.2]) == Interval(-1.0, 1.0, "degenerate", "n < 2")
     with pytest.raises(ValueError):
         paired_mean_diff_interval([1.5, 0.0])
