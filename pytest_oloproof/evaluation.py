@@ -131,13 +131,8 @@ def evaluate_record(
         ahead = None
     expected_digest = bundle_id = None
     if entry is not None and not error and gold is None and not bypass_judgment and evaluators:
-        try:
-            expected_digest = sha256_of(dict(case.expected))
-            bundle_id = _bundle_id(expected_digest, evaluators, relevance_unit)
-        except (TypeError, ValueError):
-            bundle_id = None
-    if bundle_id is not None:
-        bundle = _bundle(entry[1].get(bundle_id), evaluators)
+        known = ahead.digests.expected() if ahead is not None else None  # hashed once, when it was planned
+        expected_digest, bundle_id, bundle = stored_bundle(case, entry, evaluators, relevance_unit, known)
         if bundle is not None:
             rec["criteria"] = bundle["criteria"]
             rec["relevant_position"] = bundle["relevant_position"]  # fixed by the entry, expected data, unit
@@ -168,7 +163,7 @@ def evaluate_record(
                 hits += hit
                 misses += not hit
             else:
-                asks = ask or not _asks_a_model(ev)
+                asks = ask or not asks_a_model(ev)
                 value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved), ask=asks)
                 hits += hit
                 misses += not hit
@@ -191,7 +186,7 @@ def evaluate_record(
     return rec
 
 
-def _asks_a_model(ev: Evaluator) -> bool:
+def asks_a_model(ev: Evaluator) -> bool:
     """Whether an evaluator asks a model (an LLM judge, with its provider) rather than only computing."""
     return getattr(ev, "provider", None) is not None
 
@@ -243,6 +238,26 @@ def _evaluators_identity(evaluators: Sequence[Evaluator]) -> str:
             _EVALUATORS_IDENTITY.clear()
         _EVALUATORS_IDENTITY[memo_key] = memo
     return memo[0]
+
+
+def stored_bundle(
+    case: Case,
+    entry: tuple[str, Mapping[str, Any]],
+    evaluators: Sequence[Evaluator],
+    unit: str,
+    expected_digest: str | None = None,
+) -> tuple[str | None, str | None, dict[str, Any] | None]:
+    """The case's expected-data digest, these evaluators' bundle id, and the bundle its execution entry holds.
+
+    (None, None, None) when the expected data cannot be digested; the bundle is None unless it holds a
+    verdict for every evaluator. `expected_digest`: already computed by the caller.
+    """
+    try:
+        expected_digest = expected_digest or sha256_of(dict(case.expected))
+        bundle_id = _bundle_id(expected_digest, evaluators, unit)
+    except (TypeError, ValueError):
+        return None, None, None
+    return expected_digest, bundle_id, _bundle(entry[1].get(bundle_id), evaluators)
 
 
 def _bundle(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, Any] | None:

@@ -23,10 +23,9 @@ from typing import Any
 from . import usage
 from .cache import Caches
 from .cases import Case
-from .evaluation import AHEAD, Ahead, Verdict, _bundle, _bundle_id, _Digests, _judge, eval_input, verdict_key
+from .evaluation import AHEAD, Ahead, Verdict, _Digests, _judge, asks_a_model, eval_input, stored_bundle, verdict_key
 from .evaluators.base import Evaluator
 from .execute import EXECUTION_ENTRY
-from .identity import sha256_of
 
 #: How often (seconds) a verdict waiting on an earlier case's claim checks whether the run is stopping.
 WAIT_POLL_S = 0.05
@@ -45,7 +44,7 @@ def may_judge_ahead(ev: Evaluator, configured: Sequence[Evaluator], budget: usag
         return False
     if not type(ev).__module__.startswith(__package__ + "."):
         return False
-    return budget is None or getattr(ev, "provider", None) is None
+    return budget is None or not asks_a_model(ev)
 
 
 def judge_threads(evaluators: Sequence[Evaluator], concurrency: int) -> int:
@@ -137,12 +136,8 @@ class Prejudger:
         entry = rec.get(EXECUTION_ENTRY)
         expected_digest = None
         if entry is not None:
-            try:
-                expected_digest = sha256_of(dict(case.expected))
-                bundle_id = _bundle_id(expected_digest, self.evaluators, self.relevance_unit)
-            except (TypeError, ValueError):
-                bundle_id = None
-            if bundle_id is not None and _bundle(entry[1].get(bundle_id), self.evaluators) is not None:
+            expected_digest, _, bundle = stored_bundle(case, entry, self.evaluators, self.relevance_unit)
+            if bundle is not None:
                 return None
         x = eval_input(case, rec)
         digests = _Digests(x, expected_digest)
