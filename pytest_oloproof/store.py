@@ -58,12 +58,7 @@ def write_json(path: Path, data: Any) -> None:
 
 def write_json_stream(path: Path, head: Mapping[str, Any], key: str, items: Iterable[Any]) -> None:
     """Atomically write `head` plus one list-valued `key` whose items are serialised one at a time."""
-    with atomic_file(path) as f:
-        opening = json.dumps({**head, key: []}, indent=2, ensure_ascii=False, allow_nan=False)
-        f.write(redact(opening[: opening.rindex("[]")] + "["))
-        for i, item in enumerate(items):
-            f.write(("\n    " if i == 0 else ",\n    ") + redact(json.dumps(item, ensure_ascii=False, allow_nan=False)))
-        f.write("\n  ]\n}\n")
+    write_json_lines(path, head, key, (json.dumps(item, ensure_ascii=False, allow_nan=False) for item in items))
 
 
 def write_json_lines(path: Path, head: Mapping[str, Any], key: str, lines: Iterable[str]) -> None:
