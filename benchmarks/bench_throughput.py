@@ -27,6 +27,7 @@ import argparse
 import statistics
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -61,17 +62,7 @@ def main() -> None:
             ideal = n * (args.retrieve_s + args.generate_s) / conc
             print(f"\nstages only: {n} cases, ideal {ideal:.2f} s")
             for use_async in (False, True):
-                name = "async_app" if use_async else "sync_app"
-                root = Path(tmp) / name
-                make_project(
-                    root,
-                    n,
-                    retrieve_s=args.retrieve_s,
-                    generate_s=args.generate_s,
-                    use_async=use_async,
-                    concurrency=conc,
-                    module=name,
-                )
+                root = _project(Path(tmp), "async_app" if use_async else "sync_app", n, args, use_async)
                 ms = [run_pytest(root, "--oloproof", "--oloproof-cache=off", *extra) for _ in range(args.rounds)]
                 _print("event loop (async)" if use_async else "threads (sync)", ms, ideal)
         if args.only != "stages":
@@ -90,17 +81,7 @@ def main() -> None:
                 )
                 for use_async in (False, True):
                     name = "judged_async_app" if use_async else "judged_app"
-                    root = Path(tmp) / name
-                    make_project(
-                        root,
-                        n,
-                        retrieve_s=args.retrieve_s,
-                        generate_s=args.generate_s,
-                        use_async=use_async,
-                        concurrency=conc,
-                        module=name,
-                        extra_evaluators=[judge],
-                    )
+                    root = _project(Path(tmp), name, n, args, use_async, [judge])
                     ms = []
                     for _ in range(args.rounds):
                         before = len(server.requests)
@@ -112,6 +93,24 @@ def main() -> None:
                         )
                     _print("event loop + judge" if use_async else "threads + judge", ms, ideal)
     print(f"load average at the end: {load_average()}")
+
+
+def _project(
+    tmp: Path, name: str, n: int, args: argparse.Namespace, use_async: bool, evaluators: Sequence[str] = ()
+) -> Path:
+    """The latency-bound project of `n` cases in tmp/name, with the stage sleeps and concurrency of `args`."""
+    root = tmp / name
+    make_project(
+        root,
+        n,
+        retrieve_s=args.retrieve_s,
+        generate_s=args.generate_s,
+        use_async=use_async,
+        concurrency=args.concurrency,
+        module=name,
+        extra_evaluators=evaluators,
+    )
+    return root
 
 
 def _print(label: str, ms: list[Measured], ideal: float) -> None:
