@@ -19,19 +19,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 from _project import make_project, run_pytest
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from test_report_browser import CHROMIUM_ARGS  # the browser tests' flags: no network, no sandbox, headless
 
 
 def main() -> None:
@@ -67,7 +58,8 @@ def main() -> None:
                 shown = page.locator("#case-rows tr").count()
                 t1 = time.perf_counter()
                 page.locator("#f-search").fill("c00999")  # ten of the ids
-                page.wait_for_function("document.getElementById('shown').dataset.shown === '10'")
+                # (a selector, not wait_for_function: the page's CSP forbids evaluating strings as script)
+                page.wait_for_selector("#shown[data-shown='10']", state="attached")
                 found = page.locator("#shown").get_attribute("data-shown")
                 t2 = time.perf_counter()
                 page.evaluate("location.hash = '#case=c009999'")
