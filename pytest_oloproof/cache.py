@@ -97,14 +97,15 @@ def write_group(cache: diskcache.Cache, group: Mapping[str, str]) -> None:
             limit = int(cache.disk_min_file_size)
             inline = [(k, t) for k, t in group.items() if len(t) < limit]
             rest = [(k, t) for k, t in group.items() if len(t) >= limit]
-            filed = _keys_with_files(cache, [k for k, _ in inline])
             now = time.time()
             try:
-                cache._con.executemany(_UPSERT, [(k, now, now, t) for k, t in inline if k not in filed])
+                written = cache._con.executemany(_UPSERT, [(k, now, now, t) for k, t in inline]).rowcount
             except sqlite3.DatabaseError:  # not the layout expected after all: every entry through Cache.set
                 rest = list(group.items())
             else:
-                rest += [(k, t) for k, t in inline if k in filed]
+                if written != len(inline):  # the upsert left the rows whose old value is in a file (rare)
+                    filed = _keys_with_files(cache, [k for k, _ in inline])
+                    rest += [(k, t) for k, t in inline if k in filed]
         else:
             rest = list(group.items())
         for full, text in rest:
