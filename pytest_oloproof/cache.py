@@ -142,7 +142,7 @@ class Caches:
 
     def __init__(self, directory: Path | None, mode: CacheMode = CacheMode.READWRITE) -> None:
         self.directory = directory
-        self.mode = mode if directory is not None else CacheMode.OFF
+        self.mode = mode if directory is not None else CacheMode.OFF  # (sets _reads and _writes)
         self._cache: diskcache.Cache | None = None
         self._lock = threading.RLock()
         self._local = threading.local()
@@ -150,6 +150,17 @@ class Caches:
         self._pending_since = 0.0
         self._hold: tuple[int, float] | None = None  # (max entries, max seconds) while holding writes
         self._known: set[int] | None = None  # hash() of every key in the cache, while tracked
+
+    @property
+    def mode(self) -> CacheMode:
+        return self._mode
+
+    @mode.setter
+    def mode(self, mode: CacheMode) -> None:
+        # read on every lookup and write: plain booleans, not the enum's properties (a measurable cost at 10k cases)
+        self._mode = mode
+        self._reads = mode.reads
+        self._writes = mode.writes
 
     def _open(self) -> diskcache.Cache:
         cache = self._cache
@@ -179,7 +190,7 @@ class Caches:
         value); meant for a session that is the only writer of what it reads,
         not for pytest-xdist workers. Returns whether keys are tracked.
         """
-        if self.directory is None or not self.mode.reads:
+        if self.directory is None or not self._reads:
             return False
         try:
             cache = self._open()
@@ -207,7 +218,7 @@ class Caches:
 
     def get(self, kind: str, key: str, *, bypass: bool = False) -> Any | None:
         """The stored value, or None on a miss; an unreadable entry is a miss."""
-        if bypass or not self.mode.reads:
+        if bypass or not self._reads:
             return None
         full = f"{kind}:{key}"
         raw = self._pending.get(full)  # written this session, not committed yet
@@ -231,10 +242,10 @@ class Caches:
 
         `value_json` is the value already serialised (e.g. by a contract check), so it is not encoded twice.
         """
-        if bypass or not self.mode.writes:
+        if bypass or not self._writes:
             return False
         full = f"{kind}:{key}"
-        if self.mode is CacheMode.WRITE and self._exists(full):
+        if self._mode is CacheMode.WRITE and self._exists(full):
             return False
         if value_json is not None:
             text = f'{{"schema":"{_SCHEMA}","kind":"{kind}","value":{value_json}}}'
@@ -276,7 +287,7 @@ class Caches:
         still stores what was put before it. Nested blocks join the outer one; while
         writes are held, the group is committed once it is big or old enough.
         """
-        if not self.mode.writes:
+        if not self._writes:
             yield
             return
         depth = self._depth()

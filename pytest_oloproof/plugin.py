@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from . import redaction
 from .cache import CacheMode, parse_mode
 from .errors import OloproofError
 from .options import parse_positive_int
@@ -261,8 +262,6 @@ class OloproofPlugin:
     def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.is_worker = hasattr(config, "workerinput")
-        from . import redaction
-
         redaction.clear()  # this session's configuration says what is secret (pytester runs share a process)
         explicit = config.getoption("oloproof_config") or _ini_config_path(config)
         self.config_error: OloproofError | None = None
@@ -951,16 +950,12 @@ class OloproofPlugin:
 
 def _redact_sections(report: pytest.TestReport) -> None:
     """Captured output (stdout, stderr, log) of an item, redacted before JUnit XML or the terminal shows it."""
-    from . import redaction
-
     if redaction.active() and report.sections:
         report.sections = [(title, redact(text)) for title, text in report.sections]
 
 
 def _redacted_repr(rep: Any) -> Any:
     """pytest's own failure text, as text with secrets redacted once any is registered (colours are lost)."""
-    from . import redaction
-
     return redact(str(rep)) if redaction.active() else rep
 
 

@@ -541,3 +541,17 @@ def test_a_group_write_leaves_the_rows_cache_set_leaves(tmp_path: Path) -> None:
     # the file of the value that was replaced is gone, as with Cache.set; only the new large one is left
     files = {how: sorted(p.name for p in d.rglob("*.val")) for how, d in directories.items()}
     assert len(files["write_group"]) == len(files["cache.set"]) == 1
+
+
+@pytest.mark.parametrize("mode", list(CacheMode))
+def test_a_mode_changed_after_opening_takes_effect(tmp_path: Path, mode: CacheMode) -> None:
+    """`Caches.mode` can be reassigned (a cache found unusable is turned off): lookups and writes follow it."""
+    caches = Caches(tmp_path / "cache")
+    assert caches.put("judgment", "k1", {"v": 1})
+    caches.mode = mode
+    assert caches.mode is mode
+    assert (caches.get("judgment", "k1") == {"v": 1}) is mode.reads
+    assert caches.put("judgment", "k2", {"v": 2}) is mode.writes  # k2 is new, so WRITE stores it too
+    caches.mode = CacheMode.READWRITE
+    assert caches.get("judgment", "k2") == ({"v": 2} if mode.writes else None)
+    caches.close()
