@@ -7,6 +7,7 @@ import glob
 import json
 import math
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,10 @@ RELEVANT_KEYS = ("doc_id", "chunk_id", "grade")
 GOLD_KEYS = ("doc_id", "chunk_id", "text")
 _GLOB_CHARS = frozenset("*?[")
 _PREVIEW_CHARS = 60
+#: a \\uD800-\\uDFFF escape: JSON allows it, but alone (not as half of a pair) it is no character UTF-8 can write
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+#: control characters in an id would break node ids, terminal lines and -k selection
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -153,9 +158,24 @@ def _read_file(path: Path, name: str, first_seen: dict[str, str], errors: list[s
         except json.JSONDecodeError as exc:
             errors.append(f"{loc}:{exc.colno}: invalid JSON: {exc.msg} (fix the line so it is one JSON object)")
             continue
-        except (ValueError, RecursionError) as exc:
-            errors.append(f"{loc}: invalid JSON: {exc}")
+        except RecursionError:
+            errors.append(f"{loc}: invalid JSON: nested too deeply (flatten the line's arrays and objects)")
             continue
+        except ValueError as exc:
+            message = str(exc)
+            if "integer string conversion" in message:
+                message = "an integer has more than 4300 digits (write it as a string)"
+            errors.append(f"{loc}: invalid JSON: {message}")
+            continue
+        if _SURROGATE_ESCAPE.search(line):
+            lone = list(_lone_surrogates(obj, ""))
+            if lone:
+                for key_path in lone:
+                    errors.append(
+                        f"{loc}: a lone surrogate escape (\\ud800-\\udfff without its pair) at "
+                        f"{key_path or 'the top level'} is no character; remove it or write the whole pair"
+                    )
+                continue
         bad = list(_non_finite(obj, "")) if numbers.seen else []
         if bad:
             for key_path, literal in bad:
@@ -216,6 +236,24 @@ def _non_finite(value: Any, path: str) -> Iterator[tuple[str, str]]:
             yield from _non_finite(item, f"{path}[{index}]")
 
 
+def _lone_surrogates(value: Any, path: str) -> Iterator[str]:
+    """Key paths of strings (keys included) holding a lone surrogate, which no UTF-8 file can store."""
+    if isinstance(value, str):
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                yield path
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else str(key)
+            yield from _lone_surrogates(key, sub)
+            yield from _lone_surrogates(item, sub)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _lone_surrogates(item, f"{path}[{index}]")
+
+
 def _build_case(obj: Any, loc: str, first_seen: dict[str, str], errors: list[str]) -> Case | None:
     """Validate one parsed line; return the Case, or None when it has errors."""
     if not isinstance(obj, dict):
@@ -229,6 +267,11 @@ def _build_case(obj: Any, loc: str, first_seen: dict[str, str], errors: list[str
         errors.append(f'{loc}: missing required key "id"')
     elif not isinstance(case_id, str) or not case_id.strip():
         errors.append(f"{loc}: id must be a non-empty string, got {_preview(case_id)}")
+    elif _CONTROL.search(case_id):
+        errors.append(
+            f"{loc}: id {_preview(case_id)} holds a control character (newline, tab, NUL...); "
+            "ids name pytest items: use printable characters"
+        )
     elif case_id in first_seen:
         errors.append(f'{loc}: duplicate id "{case_id}" (first at {first_seen[case_id]})')
     else:

@@ -32,7 +32,9 @@ def _no_bool(value: Any) -> Any:
 
 #: numbers that refuse booleans (strings from ${VAR} still convert: "6" is 6)
 Int = Annotated[int, BeforeValidator(_no_bool)]
-Float = Annotated[float, BeforeValidator(_no_bool)]
+Float = Annotated[float, BeforeValidator(_no_bool), Field(allow_inf_nan=False)]
+#: the longest per-case timeout: beyond it the thread and event-loop timers overflow (timeout_s: 1e300)
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
 
 
 def _cases_spec(value: Any) -> Any:
@@ -96,11 +98,11 @@ class Settings(Strict):
     min_slice_support: Int = Field(default=5, ge=1)
     confidence: Float = Field(default=0.95, gt=0.5, lt=1.0)
     concurrency: Int = Field(default=1, ge=1)
-    timeout_s: Float | None = Field(default=None, gt=0)
+    timeout_s: Float | None = Field(default=None, gt=0, le=MAX_TIMEOUT_S, description="seconds, at most a week")
     retries: Int = Field(default=0, ge=0)
     seed: Int = Field(default=0, ge=0, description="non-negative: it seeds numpy generators")
     markers: list[str] = Field(default_factory=list)
-    store: str = ".oloproof"
+    store: str = Field(default=".oloproof", min_length=1)
     pricing: dict[str, ModelPrice] | None = None
     max_cost: Float | None = Field(default=None, gt=0, description="USD; stop issuing paid calls past it")
     max_judge_calls: Int | None = Field(default=None, ge=0, description="judge requests per run")
@@ -295,13 +297,38 @@ def read_yaml(path: Path) -> tuple[Any, yaml.Node | None]:
         node = yaml.compose(text)
         if node is not None:
             _check_duplicate_keys(path, node)
+            if _expanded_size(node, {}) > MAX_YAML_VALUES:
+                raise ConfigError(
+                    f"{path}: invalid YAML: its aliases (*name) expand to more than {MAX_YAML_VALUES:,} values; "
+                    "write the settings out instead of nesting aliases"
+                )
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise ConfigError(f"{path}: invalid YAML: nested too deeply (flatten its lists and mappings)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc)
         raise ConfigError(f"{where}: invalid YAML: {problem}") from exc
     return data, node
+
+
+#: values a config may expand to through aliases (`&a [x, x]`, `[*a, *a]`, ... grows exponentially)
+MAX_YAML_VALUES = 100_000
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """How many values the composed YAML stands for once every alias is expanded (each node's size is computed once)."""
+    known = memo.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, memo) for item in node.value)
+    memo[id(node)] = size
+    return size
 
 
 def _check_duplicate_keys(path: Path, node: yaml.Node, loc: tuple[int | str, ...] = ()) -> None:
@@ -352,6 +379,8 @@ def _expand_one(text: str, where: str, kp: str) -> str:
         return value
 
     expanded = _REF.sub(sub, text)
+    if "${" in _REF.sub("", text):
+        raise ConfigError(f"{where}: {kp}: '${{' without its closing '}}'; write ${{NAME}})")
     redaction.register_expanded(text, expanded)
     return expanded
 
@@ -441,6 +470,13 @@ def load_config(path: Path) -> LoadedConfig:
         raise ConfigError(
             f"{where}: store: {store} is a file, not a folder; name a folder (it is created when missing)"
         )
+    existing = next((p for p in (store, *store.parents) if p.exists()), None)
+    if existing is not None and not store.exists():
+        where = where_in(path, node, ["store"])
+        if not existing.is_dir():
+            raise ConfigError(f"{where}: store: {store} cannot be created: {existing} is a file; name a folder")
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(f"{where}: store: {store} cannot be created: {existing} is not writable")
     return loaded
 
 

@@ -47,6 +47,10 @@ class NoRelevantUnits(ValueError):
 _DISCOUNTS: list[float] = [1.0 / math.log2(i + 2) for i in range(256)]
 
 
+#: 2**1023 is the largest power of two a float holds; 1000 leaves room to sum many such gains
+MAX_EXPONENTIAL_GRADE = 1000
+
+
 def _discounts(n: int) -> list[float]:
     """Return a discount table covering at least ``n`` positions (grown on demand)."""
     if n > len(_DISCOUNTS):
@@ -157,10 +161,16 @@ def ndcg(
     if gain not in ("linear", "exponential"):
         raise ValueError(f"gain must be 'linear' or 'exponential', got {gain!r}")
     _require_relevant(qrels)
-    discounts = _discounts(k)
     grades = _gains(ranking, qrels, k)
     ideal_grades = sorted((g for g in qrels.values() if g > 0), reverse=True)[:k]
+    # positions past the ranking and the labels add nothing: a huge k must not build a huge table
+    discounts = _discounts(max(len(grades), len(ideal_grades)))
     if gain == "exponential":
+        if ideal_grades[0] > MAX_EXPONENTIAL_GRADE:  # 2**grade would exceed a float (or take forever)
+            raise ValueError(
+                f"grade {ideal_grades[0]} is too large for gain: exponential (2^grade - 1 must fit a float; "
+                f"the largest grade is {MAX_EXPONENTIAL_GRADE}); use gain: linear or smaller grades"
+            )
         grades = [2**g - 1 for g in grades]
         ideal_grades = [2**g - 1 for g in ideal_grades]
     dcg = 0.0

@@ -286,6 +286,7 @@ class OloproofPlugin:
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
         self.interrupted = False
+        self.selection_failed = False
         self.items_selected = 0
         self._gc_frozen = False
         self.gate_exit: int | None = None
@@ -536,7 +537,26 @@ class OloproofPlugin:
         if self.config_error is not None and not self.is_worker:
             pytest.exit(redact(f"Oloproof cannot start: {self.config_error}"), returncode=EXIT_USAGE)
         if not self.is_worker:
+            self._check_report_paths()
             self._prepare_gate()
+
+    def _check_report_paths(self) -> None:
+        """--oloproof-report and --oloproof-html must name files that can be written: checked before any case runs."""
+        for option in ("oloproof_report", "oloproof_html"):
+            value = self.config.getoption(option)
+            if not value:
+                continue
+            path = Path(self.config.invocation_params.dir) / value
+            flag = "--" + option.replace("_", "-")
+            problem = None
+            if path.is_dir():
+                problem = f"{value} is a folder; give the file to write, e.g. {Path(value) / 'report'}"
+            else:
+                parent = next((p for p in path.parents if p.exists()), None)
+                if parent is not None and not parent.is_dir():
+                    problem = f"{value}: {parent} is a file, so nothing can be written under it"
+            if problem is not None:
+                pytest.exit(redact(f"Oloproof cannot start: {flag}: {problem}"), returncode=EXIT_USAGE)
 
     def _prepare_gate(self) -> None:
         """Validate --oloproof-baseline/--oloproof-policy before any case runs (exit 2 when wrong)."""
@@ -554,8 +574,19 @@ class OloproofPlugin:
         except OloproofError as exc:
             pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
 
+    @pytest.hookimpl(wrapper=True)
+    def pytest_collection_modifyitems(self) -> Generator[None, None, None]:
+        """Notes a selection that failed (a bad -k or -m expression): pytest still calls collection_finish."""
+        try:
+            return (yield)
+        except BaseException:
+            self.selection_failed = True
+            raise
+
     @pytest.hookimpl(trylast=True)
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.selection_failed:  # a usage error: no case may run, and no run is recorded
+            return
         items = [i for i in session.items if isinstance(i, CaseItem)]
         self.items_selected = len(items)
         long_session = len(items) >= LONG_SESSION_MIN_ITEMS

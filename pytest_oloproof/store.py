@@ -201,6 +201,8 @@ class Store:
         """
         path = self.run_dir(run_id) / "cases.jsonl"
         if not path.is_file():
+            if strict:
+                self._check_count(run_id, path, 0)
             return
         check = None
         if strict:
@@ -209,6 +211,7 @@ class Store:
             check = check_case
         with path.open(encoding="utf-8", errors="surrogateescape") as f:
             pending: tuple[int, str, str] | None = None  # a bad line, forgiven only if it is a torn last one
+            read = 0
             for number, line in enumerate(f, start=1):
                 if pending is not None:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
@@ -229,11 +232,24 @@ class Store:
                 if problem is not None:
                     pending = (number, line, problem)
                     continue
+                read += 1
                 yield rec
             if pending is not None:
                 torn = not pending[1].endswith("\n") and self._status(run_id) != "complete"
                 if not torn:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
+            if check is not None:
+                self._check_count(run_id, path, read)
+
+    def _check_count(self, run_id: str, path: Path, read: int) -> None:
+        """A complete run's cases.jsonl holds every case run.json counts: a lost line is damage, not fewer cases."""
+        try:
+            header = self.run_header(run_id)
+        except StoreError:
+            return  # its own error is raised where run.json is read
+        counted = (header.get("counts") or {}).get("cases") if header.get("status") == "complete" else None
+        if isinstance(counted, int) and counted != read:
+            raise RecordError(path, None, f"holds {read} case records, but run.json counts {counted}", run_id=run_id)
 
     def _status(self, run_id: str) -> str | None:
         try:

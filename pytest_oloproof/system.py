@@ -77,6 +77,11 @@ def load_object(spec: str, base_dir: Path | None, *, what: str = "object") -> An
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise ConfigError(f"{what}: {spec!r} is not of the form module:attribute (e.g. app:SupportRag)")
+    if module_name.startswith("."):
+        raise ConfigError(
+            f"{what}: {spec!r} names a relative module; write it without the leading dot "
+            "(modules are imported from the config's folder)"
+        )
     if base_dir is not None:
         folder = str(Path(base_dir).resolve())
         if folder not in sys.path:
@@ -85,7 +90,7 @@ def load_object(spec: str, base_dir: Path | None, *, what: str = "object") -> An
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigError(f"{what}: cannot import module {module_name!r} for {spec!r}: {exc}") from exc
-    except Exception as exc:  # the module itself is broken: say where, keep the user's traceback
+    except (Exception, SystemExit) as exc:  # the module itself is broken (or exits): say where, keep its traceback
         tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         raise ConfigError(
             f"{what}: importing module {module_name!r} for {spec!r} raised {type(exc).__name__}: {exc}\n{tb}"

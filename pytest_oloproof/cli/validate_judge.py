@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..evaluation import judge_one
 from ..evaluators.base import CriterionValue, EvalInput
+from ..options import parse_positive_int
 from . import core as cli
 
 
@@ -19,14 +21,41 @@ class JudgeNotPassed(ConfigError):
     exit_code = cli.EXIT_FAILED
 
 
+def _positive(value: str) -> int:
+    try:
+        return parse_positive_int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _number_in(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number in [low, high] (`nan` would make every comparison false)."""
+
+    def parse(value: str) -> float:
+        try:
+            x = float(value)
+        except ValueError:
+            x = math.nan
+        if not low <= x <= high:
+            raise argparse.ArgumentTypeError(f"expected a number from {low:g} to {high:g}, got {value!r}")
+        return x
+
+    return parse
+
+
 def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("validate-judge", help="measure a judge's agreement with human labels")
     p.add_argument("--criterion", required=True, help="criterion of a configured judge (e.g. grounded)")
     p.add_argument("--labels", required=True, metavar="JSONL", help="labelled examples (see docs)")
-    p.add_argument("--min-labels", type=int, default=30, help="fewest judged examples to pass (default 30)")
-    p.add_argument("--min-kappa", type=float, default=0.6, help="least Cohen's kappa to pass (default 0.6)")
+    p.add_argument("--min-labels", type=_positive, default=30, help="fewest judged examples to pass (default 30)")
     p.add_argument(
-        "--min-accuracy", type=float, default=0.8, help="least lower bound of accuracy to pass (default 0.8)"
+        "--min-kappa", type=_number_in(-1.0, 1.0), default=0.6, help="least Cohen's kappa to pass (default 0.6)"
+    )
+    p.add_argument(
+        "--min-accuracy",
+        type=_number_in(0.0, 1.0),
+        default=0.8,
+        help="least lower bound of accuracy to pass (default 0.8)",
     )
     common(p)
 
