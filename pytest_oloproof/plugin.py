@@ -225,6 +225,11 @@ class CaseItem(pytest.Function):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
+            if err.get("reason") == "timeout":
+                head = f"case {exc.case_id!r}: timed out; every criterion is missing"
+            if err.get("reason") == "contract_violation":
+                stage = err.get("stage")
+                head = f"case {exc.case_id!r}: {stage}() broke the system contract; every criterion is missing"
             if err.get("reason") == "internal_error":
                 head = (
                     f"case {exc.case_id!r}: an error inside Oloproof (not the system); every criterion is missing "

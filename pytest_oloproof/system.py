@@ -165,7 +165,9 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
         if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, (int, float))):
             raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
         if c.score is not None and not _finite(c.score):
-            raise ContractError(f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required")
+            raise ContractError(
+                f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required"
+            )
         for attr in ("text", "chunk_id"):
             value = getattr(c, attr)
             if value is not None and not isinstance(value, str):
