@@ -574,7 +574,7 @@ class Engine:
                     raise
                 except BaseException as exc:  # SystemExit, GeneratorExit, ...: the case's error
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
-                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
+                    raise _stage_failure(call.stage, exc) from exc
                 timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
         except StopIteration as stop:
@@ -622,7 +622,7 @@ class Engine:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:
-                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
+                    raise _stage_failure(call.stage, exc) from exc
                 finally:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
@@ -821,6 +821,15 @@ def _no_call() -> None:
 
 
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+def _stage_failure(stage: str, exc: BaseException) -> StageFailure:
+    """The stage's error as the user raised it: a StopIteration a coroutine turned into RuntimeError is itself."""
+    cause = exc.__cause__
+    if isinstance(exc, RuntimeError) and isinstance(cause, (StopIteration, StopAsyncIteration)):
+        if _text_of(exc) == f"coroutine raised {type(cause).__name__}":
+            exc = cause
+    return StageFailure(stage, exc, _user_traceback(exc))
 
 
 def _text_of(exc: BaseException) -> str:

@@ -41,6 +41,8 @@ def _retrieve(input, depth):
 
 
 def _generate(input, context):
+    if input["mode"] == "stop_iteration" and not os.environ.get("FIXED"):
+        raise StopIteration("the stream ended")  # an async stage's coroutine turns it into RuntimeError
     if input["mode"] == "edits_input":
         return {"answer": "ok", "q_seen": input["q"]}
     if input["mode"].startswith("shared"):
@@ -77,6 +79,7 @@ BROKEN = {
     "depth_mismatch": ("retrieve", "contract_violation", ["asked for depth=3", "Retrieval with depth=6"]),
     "text_int": ("retrieve", "contract_violation", ["position 1 has text 5 (int)", "a string or None"]),
     "metadata_list": ("retrieve", "contract_violation", ["position 1 has metadata of type list", "a mapping"]),
+    "stop_iteration": ("generate", "system_error", ["generate() raised StopIteration: the stream ended"]),
     "score_nan": ("retrieve", "contract_violation", ["position 1 has score nan", "a finite number"]),
 }
 INTACT = ["fine", "edits_input", "shared_1", "shared_2", "shared_3"]
