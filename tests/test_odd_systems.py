@@ -34,6 +34,8 @@ def _retrieve(input, depth):
         return one(text="t", metadata=[("k", "v")])
     if mode == "score_nan":
         return one(text="t", score=float("nan"))
+    if mode == "edits_metadata":
+        return one(text="t", metadata={"tags": ["kb"]})
     if mode == "edits_input":
         input["q"] = "edited by retrieve"
         input["extra"] = True
@@ -45,6 +47,8 @@ def _generate(input, context):
         raise StopIteration("the stream ended")  # an async stage's coroutine turns it into RuntimeError
     if input["mode"] == "edits_input":
         return {"answer": "ok", "q_seen": input["q"]}
+    if input["mode"] == "edits_metadata":
+        context[0].metadata["tags"].append("edited by generate")
     if input["mode"].startswith("shared"):
         SHARED["seen"].append(input["mode"])
         return SHARED
@@ -82,7 +86,7 @@ BROKEN = {
     "stop_iteration": ("generate", "system_error", ["generate() raised StopIteration: the stream ended"]),
     "score_nan": ("retrieve", "contract_violation", ["position 1 has score nan", "a finite number"]),
 }
-INTACT = ["fine", "edits_input", "shared_1", "shared_2", "shared_3"]
+INTACT = ["fine", "edits_input", "edits_metadata", "shared_1", "shared_2", "shared_3"]
 
 
 def _project(pytester: pytest.Pytester, attr: str, concurrency: int) -> None:
@@ -121,6 +125,7 @@ def test_each_odd_system_is_its_own_cases_error_and_the_rest_is_recorded_as_it_w
     edited = recs["edits_input"]
     assert edited["input"] == {"q": "question edits_input", "mode": "edits_input"}
     assert edited["output"]["q_seen"] == "question edits_input"
+    assert recs["edits_metadata"]["retrieval"][0]["metadata"] == {"tags": ["kb"]}
     # one object handed out for every case and edited afterwards: each case keeps what generate returned then
     seen = sorted(len(recs[m]["output"]["seen"]) for m in ("shared_1", "shared_2", "shared_3"))
     assert seen == [1, 2, 3]
