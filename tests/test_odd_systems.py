@@ -47,6 +47,8 @@ def _generate(input, context):
         raise StopIteration("the stream ended")  # an async stage's coroutine turns it into RuntimeError
     if input["mode"] == "edits_input":
         return {"answer": "ok", "q_seen": input["q"]}
+    if input["mode"] == "big_int":
+        return {"answer": "ok", "n": 10**30}
     if input["mode"] == "edits_metadata":
         context[0].metadata["tags"].append("edited by generate")
     if input["mode"].startswith("shared"):
@@ -86,7 +88,7 @@ BROKEN = {
     "stop_iteration": ("generate", "system_error", ["generate() raised StopIteration: the stream ended"]),
     "score_nan": ("retrieve", "contract_violation", ["position 1 has score nan", "a finite number"]),
 }
-INTACT = ["fine", "edits_input", "edits_metadata", "shared_1", "shared_2", "shared_3"]
+INTACT = ["fine", "big_int", "edits_input", "edits_metadata", "shared_1", "shared_2", "shared_3"]
 
 
 def _project(pytester: pytest.Pytester, attr: str, concurrency: int) -> None:
@@ -125,6 +127,7 @@ def test_each_odd_system_is_its_own_cases_error_and_the_rest_is_recorded_as_it_w
     edited = recs["edits_input"]
     assert edited["input"] == {"q": "question edits_input", "mode": "edits_input"}
     assert edited["output"]["q_seen"] == "question edits_input"
+    assert type(recs["big_int"]["output"]["n"]) is int  # read back exactly, not as the float 1e30
     assert recs["edits_metadata"]["retrieval"][0]["metadata"] == {"tags": ["kb"]}
     # one object handed out for every case and edited afterwards: each case keeps what generate returned then
     seen = sorted(len(recs[m]["output"]["seen"]) for m in ("shared_1", "shared_2", "shared_3"))
