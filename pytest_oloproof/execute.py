@@ -335,8 +335,9 @@ class Engine:
                     f"(e.g. {{'answer': ...}}), got {type(output).__name__}",
                     stage="generate",
                 )
+            output = dict(output)
             text = _check_json(output, case.id, "generate()", stage="generate")
-            output = copy.deepcopy(dict(output))  # a snapshot: the system may hand out one object it edits later
+            output = copy.deepcopy(output)  # a snapshot: the system may hand out one object it edits later
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
             if call.usage:

@@ -10,7 +10,7 @@ from pytest_oloproof.cache import Caches
 
 # One system whose misbehaviour is chosen by the case's `mode`; FIXED=1 in the environment repairs it.
 ODD = """
-import asyncio, os
+import asyncio, os, types
 from pytest_oloproof import Passage, Retrieval, rag_system
 
 SHARED = {"answer": "ok", "seen": []}  # handed out for every case and edited afterwards
@@ -47,6 +47,8 @@ def _generate(input, context):
         raise StopIteration("the stream ended")  # an async stage's coroutine turns it into RuntimeError
     if input["mode"] == "edits_input":
         return {"answer": "ok", "q_seen": input["q"]}
+    if input["mode"] == "mapping_proxy":  # any Mapping will do
+        return types.MappingProxyType({"answer": "ok"})
     if input["mode"] == "big_int":
         return {"answer": "ok", "n": 10**30}
     if input["mode"] == "edits_metadata":
@@ -88,7 +90,7 @@ BROKEN = {
     "stop_iteration": ("generate", "system_error", ["generate() raised StopIteration: the stream ended"]),
     "score_nan": ("retrieve", "contract_violation", ["position 1 has score nan", "a finite number"]),
 }
-INTACT = ["fine", "big_int", "edits_input", "edits_metadata", "shared_1", "shared_2", "shared_3"]
+INTACT = ["fine", "big_int", "mapping_proxy", "edits_input", "edits_metadata", "shared_1", "shared_2", "shared_3"]
 
 
 def _project(pytester: pytest.Pytester, attr: str, concurrency: int) -> None:
