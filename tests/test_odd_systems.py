@@ -28,8 +28,8 @@ def _retrieve(input, depth):
         raise Unprintable()
     if mode == "depth_mismatch":
         return Retrieval(query=input["q"], depth=depth + 3, candidates=(Passage("d1", text="t"),))
-    if mode == "text_int":
-        return one(text=5)
+    if mode == "text_bytes":
+        return one(text=b"raw bytes")
     if mode == "metadata_list":
         return one(text="t", metadata=[("k", "v")])
     if mode == "score_nan":
@@ -85,7 +85,7 @@ class AsyncSystem:
 BROKEN = {
     "unprintable": ("retrieve", "system_error", ["retrieve() raised Unprintable", "str() of the Unprintable raised"]),
     "depth_mismatch": ("retrieve", "contract_violation", ["asked for depth=3", "Retrieval with depth=6"]),
-    "text_int": ("retrieve", "contract_violation", ["position 1 has text 5 (int)", "a string or None"]),
+    "text_bytes": ("retrieve", "contract_violation", ["not JSON-serialisable", "bytes"]),
     "metadata_list": ("retrieve", "contract_violation", ["position 1 has metadata of type list", "a mapping"]),
     "stop_iteration": ("generate", "system_error", ["generate() raised StopIteration: the stream ended"]),
     "score_nan": ("retrieve", "contract_violation", ["position 1 has score nan", "a finite number"]),
@@ -199,8 +199,8 @@ class TopK0(Base): pass
 @rag_system(name="x", depth=3, token_budget=-5)
 class NegativeBudget(Base): pass
 
-@rag_system(name="x", version=7, depth=3)
-class VersionInt(Base): pass
+@rag_system(name="x", depth=3, top_k="2")
+class TopKStr(Base): pass
 
 @rag_system(name="x", depth=3)
 class InitRaises(Base):
@@ -219,7 +219,7 @@ def connect_to_the_index():
         ("DepthBool", "@rag_system on {m}:DepthBool: depth=True: expected an integer >= 1*"),
         ("TopK0", "@rag_system on {m}:TopK0: top_k=0: expected an integer >= 1*"),
         ("NegativeBudget", "@rag_system on {m}:NegativeBudget: token_budget=-5: expected an integer >= 1*"),
-        ("VersionInt", "@rag_system on {m}:VersionInt: version=7: expected a string*"),
+        ("TopKStr", "@rag_system on {m}:TopKStr: top_k='2': expected an integer >= 1*"),
         ("InitRaises", "system.rag.object: {m}:InitRaises() raised ConnectionError: index unreachable"),
     ],
 )
