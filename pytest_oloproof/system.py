@@ -144,11 +144,8 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
     where = f"case {case_id!r}: retrieve()"
     if not isinstance(result, Retrieval):
         raise ContractError(f"{where} must return a Retrieval, got {type(result).__name__}")
-    if isinstance(result.depth, bool) or result.depth != depth:
-        raise ContractError(
-            f"{where} was asked for depth={depth} and returned a Retrieval with depth={result.depth!r}; "
-            "return Retrieval(..., depth=depth, ...)"
-        )
+    # Retrieval.depth is the retriever's own note (e.g. len(candidates)): Oloproof asked for `depth` and holds
+    # the candidates to it; a different value there is not a reason to lose the case
     candidates = result.candidates
     if not isinstance(candidates, (tuple, list)):
         raise ContractError(f"{where}: candidates must be a tuple of Passage, got {type(candidates).__name__}")
