@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import inspect
 import threading
 import time
@@ -26,7 +27,7 @@ from .config import LoadedConfig
 from .errors import ConfigError, ContractError, Transient
 from .identity import StageKeys, canonical_json
 from .records import is_candidates, is_execution_entry
-from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object
+from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object, settings_problem
 from .usage import PAID_STAGES, Budget, BudgetExhausted, collect
 
 
@@ -76,7 +77,13 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
                 merged[key] = getattr(s, key)
         if merged.get("depth") is None:
             raise ConfigError(f"{at('system', 'rag')}: system.rag.depth: required (set depth in @rag_system or here)")
-        obj = target() if inspect.isclass(target) else target
+        problem = settings_problem(merged)  # oloproof.yaml's values are valid: a bad one is the decorator's
+        if problem is not None:
+            raise ConfigError(
+                f"{at('system', 'rag', 'object')}: @rag_system on {s.rag.object}: {problem} "
+                "(fix the decorator or set it in oloproof.yaml)"
+            )
+        obj = _instantiate(target, s.rag.object, at("system", "rag", "object")) if inspect.isclass(target) else target
         config = {
             "kind": "rag",
             "object": s.rag.object,
@@ -115,6 +122,18 @@ def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
     return ResolvedSystem("callable", fn, config, (Transient, *extra))
 
 
+def _instantiate(cls: Any, spec: str, where: str) -> Any:
+    """The system's instance; its constructor raising is a config error with the user's traceback."""
+    try:
+        return cls()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise ConfigError(
+            f"{where}: system.rag.object: {spec}() raised {type(exc).__name__}: {_text_of(exc)}\n{_user_traceback(exc)}"
+        ) from exc
+
+
 @dataclass(frozen=True)
 class Plan:
     """How to execute a case: normally, or under a diagnosis intervention."""
@@ -142,7 +161,7 @@ class _Call:
 class StageFailure(Exception):
     def __init__(self, stage: str, exc: BaseException, tb: str) -> None:
         self.stage, self.exc, self.tb = stage, exc, tb
-        super().__init__(str(exc))
+        super().__init__(_text_of(exc))
 
 
 @dataclass
@@ -208,9 +227,9 @@ class Engine:
                 return rec
         saved: dict[str, list[dict[str, Any]]] = {}  # stage -> usage of the cache entries that served it
         if not self.system.is_rag:
-            output = yield _Call("call", self.system.obj, (case.input,))
+            output = yield _Call("call", self.system.obj, (_fresh(case.input),))
             _check_json(output, case.id, "system", stage="call")
-            rec["output"] = output
+            rec["output"] = _fresh(output)  # a snapshot: the system may hand out one object it edits later
             self._commit(gate, ekey, rec, use_exec_cache, bypass)
             return rec
 
@@ -233,7 +252,7 @@ class Engine:
                     saved["retrieve"] = cached["usage"]
                 rec["cache"]["retrieve"] = "hit"
             else:
-                call = _Call("retrieve", obj.retrieve, (case.input, depth))
+                call = _Call("retrieve", obj.retrieve, (_fresh(case.input), depth))
                 result = yield call
                 retrieve_usage = list(call.usage)
                 retrieval = check_retrieval(result, depth, case.id)
@@ -258,9 +277,13 @@ class Engine:
                     )
                 query_json = _check_json(retrieval.query, case.id, "retrieve() query", stage="retrieve")
                 text = _check_json(candidates, case.id, "retrieve() candidates", stage="retrieve")
-                rec["query"] = retrieval.query
+                query = _fresh(retrieval.query)  # snapshots, as the cache keeps them
+                for c in candidates:
+                    if c["metadata"]:
+                        c["metadata"] = copy.deepcopy(c["metadata"])
+                rec["query"] = query
                 rec["cache"]["retrieve"] = "miss"
-                entry: dict[str, Any] = {"query": retrieval.query, "candidates": candidates}
+                entry: dict[str, Any] = {"query": query, "candidates": candidates}
                 entry_json = f'{{"candidates":{text},"query":{query_json}'
                 if retrieve_usage:  # kept with the entry, so a later hit counts it as saved
                     entry["usage"] = retrieve_usage
@@ -304,7 +327,7 @@ class Engine:
             if isinstance(cached_out.get("usage"), list) and cached_out["usage"]:
                 saved["generate"] = cached_out["usage"]
         else:
-            call = _Call("generate", obj.generate, (case.input, tuple(context)))
+            call = _Call("generate", obj.generate, (_fresh(case.input), tuple(context)))
             output = yield call
             if not isinstance(output, Mapping):
                 raise ContractError(
@@ -314,6 +337,7 @@ class Engine:
                 )
             output = dict(output)
             text = _check_json(output, case.id, "generate()", stage="generate")
+            output = copy.deepcopy(output)  # a snapshot: the system may hand out one object it edits later
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
             if call.usage:
@@ -551,7 +575,7 @@ class Engine:
                     raise
                 except BaseException as exc:  # SystemExit, GeneratorExit, ...: the case's error
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
-                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
+                    raise _stage_failure(call.stage, exc) from exc
                 timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
         except StopIteration as stop:
@@ -586,12 +610,10 @@ class Engine:
                                 value = await call.fn(*call.args)
                             elif call.stage in _OFFLOADED:  # a sync stage must not block the other cases
                                 value = await asyncio.to_thread(call.fn, *call.args)
-                                if inspect.isawaitable(value):
-                                    value = await value
                             else:
                                 value = call.fn(*call.args)
-                                if inspect.isawaitable(value):
-                                    value = await value
+                            if inspect.isawaitable(value):  # also a coroutine an async stage returned
+                                value = await _await(value)
                     finally:
                         self._spent(seen, call, ticket)
                 except asyncio.CancelledError as exc:
@@ -601,7 +623,7 @@ class Engine:
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:
-                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc
+                    raise _stage_failure(call.stage, exc) from exc
                 finally:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
@@ -657,7 +679,7 @@ class Engine:
             tb = ""  # nothing of the user's ran: a traceback would only show Oloproof's frames
         else:
             reason = "system_error"
-            message = f"{stage}() raised {type(exc).__name__}: {exc}"
+            message = f"{stage}() raised {type(exc).__name__}: {_text_of(exc)}"
         rec = error_record(
             case.id,
             plan.label,
@@ -679,7 +701,11 @@ class Engine:
 
 
 async def _await(aw: Any) -> Any:
-    return await aw
+    """Await until the result is no longer awaitable (an async stage may return a coroutine)."""
+    value = await aw
+    while inspect.isawaitable(value):
+        value = await value
+    return value
 
 
 _OFFLOADED = frozenset({"call", "retrieve", "generate", "reranker"})
@@ -798,6 +824,23 @@ def _no_call() -> None:
 _PACKAGE_DIR = str(Path(__file__).resolve().parent)
 
 
+def _stage_failure(stage: str, exc: BaseException) -> StageFailure:
+    """The stage's error as the user raised it: a StopIteration a coroutine turned into RuntimeError is itself."""
+    cause = exc.__cause__
+    if isinstance(exc, RuntimeError) and isinstance(cause, (StopIteration, StopAsyncIteration)):
+        if _text_of(exc) == f"coroutine raised {type(cause).__name__}":
+            exc = cause
+    return StageFailure(stage, exc, _user_traceback(exc))
+
+
+def _text_of(exc: BaseException) -> str:
+    """str(exc), even for an exception whose __str__ itself raises (then says so)."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"<str() of the {type(exc).__name__} raised {type(inner).__name__}>"
+
+
 def _user_traceback(exc: BaseException) -> str:
     """The traceback from the system's own code on: Oloproof's driver frames are noise to the user."""
     tb = exc.__traceback__
@@ -828,7 +871,7 @@ def internal_error(exc: BaseException) -> dict[str, Any]:
     return {
         "stage": "oloproof",
         "type": type(exc).__name__,
-        "message": f"internal error in Oloproof: {type(exc).__name__}: {exc}",
+        "message": f"internal error in Oloproof: {type(exc).__name__}: {_text_of(exc)}",
         "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
         "transient": False,
         "reason": "internal_error",
@@ -841,13 +884,20 @@ def internal_error_record(case: Case, exc: BaseException, plan: Plan = NORMAL) -
 
 
 def _passage(c: Mapping[str, Any]) -> Passage:
+    """A recorded candidate as the Passage a stage receives (its own metadata: a stage may not edit the record)."""
+    metadata = c.get("metadata")
     return Passage(
         doc_id=c["doc_id"],
         score=c.get("score"),
         text=c.get("text"),
         chunk_id=c.get("chunk_id"),
-        metadata=c.get("metadata"),
+        metadata=None if metadata is None else copy.deepcopy(metadata),
     )
+
+
+def _fresh(value: Any) -> Any:
+    """A case's input as one stage call receives it: its own copy, so a stage that edits it changes nothing else."""
+    return value if isinstance(value, (str, int, float, type(None))) else copy.deepcopy(value)
 
 
 #: In a record served by or stored in the execution cache: (key, verdict bundles); evaluation pops it.

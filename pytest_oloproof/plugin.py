@@ -225,6 +225,11 @@ class CaseItem(pytest.Function):
             err = exc.error
             tb = err.get("traceback") or ""
             head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
+            if err.get("reason") == "timeout":
+                head = f"case {exc.case_id!r}: timed out; every criterion is missing"
+            if err.get("reason") == "contract_violation":
+                stage = err.get("stage")
+                head = f"case {exc.case_id!r}: {stage}() broke the system contract; every criterion is missing"
             if err.get("reason") == "internal_error":
                 head = (
                     f"case {exc.case_id!r}: an error inside Oloproof (not the system); every criterion is missing "
@@ -284,6 +289,7 @@ class OloproofPlugin:
         self.progress: Any = None  # prefetch.Progress, on the controller
         self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
+        self._evaluator_error: str | None = None  # why an item could not resolve them, if one could not
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
         self.interrupted = False
         self.selection_failed = False
@@ -722,7 +728,10 @@ class OloproofPlugin:
                 # (e.g. a type added by a conftest.py below the rootdir): use the configured one
                 obj = self.default_evaluator(name)
             if not isinstance(obj, Evaluator):
-                raise TypeError(f"fixture {name!r} must return a pytest_oloproof.Evaluator, got {type(obj).__name__}")
+                self._evaluator_error = (
+                    f"fixture {name!r} must return a pytest_oloproof.Evaluator, got {type(obj).__name__}"
+                )
+                raise TypeError(self._evaluator_error)
             evaluators.append(obj)
         self._evaluators = evaluators
         return evaluators
@@ -917,9 +926,18 @@ class OloproofPlugin:
         if ev is None:
             return
         recorded = self.recorder.written_ids() if self.recorder is not None else set()
-        evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
         left = [c for c in done if c not in recorded]
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if self._evaluators is None and self._evaluator_error is not None:
+            # the session's evaluators never resolved: judging these cases with the configured ones instead
+            # would record verdicts of evaluators the conftest replaced (a sequential run records none either)
+            if left and tr is not None:
+                tr.write_line(
+                    f"oloproof: {len(left)} completed case(s) not recorded: the evaluator fixtures could not be "
+                    f"resolved ({self._evaluator_error})"
+                )
+            return
+        evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
         if self.interrupted and left and tr is not None:
             tr.write_line(
                 f"oloproof: recording {len(left)} completed case(s), judging what was not judged ahead "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import math
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -72,6 +73,18 @@ def rag_system(
     return mark
 
 
+def settings_problem(settings: Mapping[str, Any]) -> str | None:
+    """What is wrong with a system's declared sizes (the rules oloproof.yaml enforces), or None.
+
+    Names and versions may be any scalar (they only enter identities), as the stored-record models accept.
+    """
+    for key in ("depth", "top_k", "token_budget"):
+        value = settings.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return f"{key}={value!r}: expected an integer >= 1"
+    return None
+
+
 def load_object(spec: str, base_dir: Path | None, *, what: str = "object") -> Any:
     """Import `module:attribute` with the config's folder first on sys.path."""
     module_name, sep, attr = spec.partition(":")
@@ -113,16 +126,21 @@ def call_stage(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 async def _await(aw: Any) -> Any:
-    return await aw
+    """Await until the result is no longer awaitable (an async stage may return a coroutine)."""
+    value = await aw
+    while inspect.isawaitable(value):
+        value = await value
+    return value
 
 
 async def acall_stage(fn: Callable[..., Any], *args: Any) -> Any:
     """Await an async stage, or run a sync one in a worker thread."""
     if inspect.iscoroutinefunction(fn):
-        return await fn(*args)
-    result = await asyncio.to_thread(fn, *args)
+        result = await fn(*args)
+    else:
+        result = await asyncio.to_thread(fn, *args)
     if inspect.isawaitable(result):
-        return await result
+        return await _await(result)
     return result
 
 
@@ -131,6 +149,8 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
     where = f"case {case_id!r}: retrieve()"
     if not isinstance(result, Retrieval):
         raise ContractError(f"{where} must return a Retrieval, got {type(result).__name__}")
+    # Retrieval.depth is the retriever's own note (e.g. len(candidates)): Oloproof asked for `depth` and holds
+    # the candidates to it; a different value there is not a reason to lose the case
     candidates = result.candidates
     if not isinstance(candidates, (tuple, list)):
         raise ContractError(f"{where}: candidates must be a tuple of Passage, got {type(candidates).__name__}")
@@ -145,7 +165,24 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
             )
         if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, (int, float))):
             raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
+        if c.score is not None and not _finite(c.score):
+            raise ContractError(
+                f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required"
+            )
+        if c.metadata is not None and not isinstance(c.metadata, Mapping):
+            raise ContractError(
+                f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
+                "a mapping or None is required"
+            )
     return result
+
+
+def _finite(score: float) -> bool:
+    """Whether a score is a finite float (an int too large for a float is not)."""
+    try:
+        return math.isfinite(float(score))
+    except OverflowError:
+        return False
 
 
 def check_tokens(value: Any, case_id: str, position: int) -> int:

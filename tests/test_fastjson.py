@@ -33,3 +33,15 @@ def test_loads_rejects_what_is_not_json() -> None:
     for bad in ("{not json", b"\x00\xff", "NaN"):
         with pytest.raises(ValueError):
             fastjson.loads(bad)
+
+
+@pytest.mark.parametrize("value", [[2**70, 3], {"tokens": 10**30, "n": -(2**64)}, [2**64, "12345678901234567890123"]])
+def test_an_integer_beyond_64_bits_reads_back_exactly(value: object) -> None:
+    text = fastjson.dumps(value)
+    for read in (fastjson.loads(text), fastjson.loads(text.encode("utf-8"))):
+        assert json.dumps(read) == json.dumps(value)  # never a float, which 10**30 == 1e30 would not show
+
+
+def test_loads_rejects_nan_also_where_a_long_integer_sends_it_to_the_standard_library() -> None:
+    with pytest.raises(ValueError):
+        fastjson.loads("[123456789012345678901234, NaN]")

@@ -327,3 +327,35 @@ def test_a_run_stopped_by_x_asks_no_judge_twice_for_the_verdicts_in_flight(pytes
     assert len(cases) == len({c["id"] for c in cases}) > 3  # the completed cases are recorded, once each
     assert all(c["criteria"]["grounded"]["status"] == "observed" for c in cases)
     assert len(answers) == len(cases) and set(answers.values()) == {1}, answers  # one request per verdict
+
+
+BROKEN_OVERRIDE = """
+import pytest
+
+
+@pytest.fixture(scope="session")
+def answer_correct():
+    return "not an evaluator"
+"""
+
+
+def test_cases_completed_ahead_are_not_recorded_with_evaluators_the_conftest_replaced(
+    pytester: pytest.Pytester,
+) -> None:
+    """A conftest fixture overriding a criterion returns no Evaluator: the first item fails on it and `-x`
+    stops the run. The cases the prefetcher had completed used to be recorded judged by the configured
+    evaluators instead, verdicts of an evaluator the user had replaced; now, as in a sequential run, none
+    is recorded, and the session says why."""
+    with ScriptedServer(responder=verdicts(0.0)) as server:
+        project(pytester.path, server.base_url, concurrency=8)
+        pytester.makeconftest(BROKEN_OVERRIDE)
+        result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly", "-x")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*oloproof: * completed case(s) not recorded: the evaluator fixtures could not be resolved "
+            "(fixture 'answer_correct' must return a pytest_oloproof.Evaluator, got str)*"
+        ]
+    )
+    runs = pytester.path / ".store" / "runs"
+    assert not runs.exists() or not any((d / "cases.jsonl").read_text() for d in runs.iterdir())
