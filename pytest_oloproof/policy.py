@@ -203,6 +203,8 @@ class LoadedPolicy:
 def load_policy(path: str | Path, option: str = "--policy") -> LoadedPolicy:
     """Read and validate compare.yaml; raises ConfigError naming file:line, key path and the fix."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"{option}: {p} is a folder; give the path of a policy file such as compare.yaml")
     if not p.is_file():
         raise ConfigError(f"{option}: {p} does not exist")
     p = p.resolve()

@@ -236,3 +236,10 @@ def test_a_store_that_cannot_be_created_is_a_usage_error_before_any_case(pyteste
     assert "Traceback" not in proc.stdout + proc.stderr
     assert calls(pytester) == []
     assert run_records(pytester.path / ".oloproof") == []
+
+
+def test_a_policy_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
+    from pytest_oloproof.policy import load_policy
+
+    with pytest.raises(ConfigError, match="is a folder; give the path of a policy file"):
+        load_policy(tmp_path)
