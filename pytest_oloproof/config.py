@@ -380,7 +380,7 @@ def _expand_one(text: str, where: str, kp: str) -> str:
 
     expanded = _REF.sub(sub, text)
     if "${" in _REF.sub("", text):
-        raise ConfigError(f"{where}: {kp}: '${{' without its closing '}}'; write ${{NAME}})")
+        raise ConfigError(f"{where}: {kp}: '${{' without its closing '}}'; write ${{NAME}}")
     redaction.register_expanded(text, expanded)
     return expanded
 

@@ -556,7 +556,8 @@ class OloproofPlugin:
             flag = "--" + option.replace("_", "-")
             problem = None
             if path.is_dir():
-                problem = f"{value} is a folder; give the file to write, e.g. {Path(value) / 'report'}"
+                example = Path(value) / ("report.html" if option == "oloproof_html" else "report.json")
+                problem = f"{value} is a folder; give the file to write, e.g. {example}"
             else:
                 parent = next((p for p in path.parents if p.exists()), None)
                 if parent is not None and not parent.is_dir():
