@@ -465,18 +465,17 @@ def load_config(path: Path) -> LoadedConfig:
     _check_api_keys(path, node, settings)
     loaded = LoadedConfig(path=path, settings=settings, raw=raw, node=node)
     store = loaded.store_dir
-    if store.exists() and not store.is_dir():
-        where = where_in(path, node, ["store"])
-        raise ConfigError(
-            f"{where}: store: {store} is a file, not a folder; name a folder (it is created when missing)"
-        )
-    existing = next((p for p in (store, *store.parents) if p.exists()), None)
-    if existing is not None and not store.exists():
-        where = where_in(path, node, ["store"])
+    existing = next((p for p in (store, *store.parents) if p.exists()), None)  # the store, or where it would go
+    problem = None
+    if existing == store and not store.is_dir():
+        problem = f"{store} is a file, not a folder; name a folder (it is created when missing)"
+    elif existing is not None and existing != store:
         if not existing.is_dir():
-            raise ConfigError(f"{where}: store: {store} cannot be created: {existing} is a file; name a folder")
-        if not os.access(existing, os.W_OK | os.X_OK):
-            raise ConfigError(f"{where}: store: {store} cannot be created: {existing} is not writable")
+            problem = f"{store} cannot be created: {existing} is a file; name a folder"
+        elif not os.access(existing, os.W_OK | os.X_OK):
+            problem = f"{store} cannot be created: {existing} is not writable"
+    if problem is not None:
+        raise ConfigError(f"{where_in(path, node, ['store'])}: store: {problem}")
     return loaded
 
 

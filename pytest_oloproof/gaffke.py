@@ -135,14 +135,13 @@ def gaffke_bounds(
     sums = np.atleast_2d(np.asarray(sums, dtype=float))
     sizes = np.atleast_2d(np.asarray(sizes, dtype=float))
     exact = exact_rows(sums, sizes)
-    if np.any(exact):
-        e_low, e_high = _exact_bounds(sums[exact], alpha)
-        if np.all(exact):
-            return np.clip(e_low, 0.0, 1.0), np.clip(e_high, 0.0, 1.0)
+    if np.all(exact):  # no draws at all
+        lo, hi = _exact_bounds(sums, alpha)
+    else:
         lo, hi = _monte_carlo_bounds(sums, sizes, alpha, seed, weights)
-        lo[exact], hi[exact] = e_low, e_high
-        return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
-    return _monte_carlo_bounds(sums, sizes, alpha, seed, weights)
+        if np.any(exact):
+            lo[exact], hi[exact] = _exact_bounds(sums[exact], alpha)
+    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
 
 
 def _monte_carlo_bounds(
@@ -167,4 +166,4 @@ def _monte_carlo_bounds(
         start += len(e)
     lo: np.ndarray = np.partition(low, k - 1, axis=0)[k - 1]
     hi: np.ndarray = np.partition(high, b - k, axis=0)[b - k]
-    return np.clip(lo, 0.0, 1.0), np.clip(hi, 0.0, 1.0)
+    return lo, hi  # (clipped to [0, 1] by gaffke_bounds)

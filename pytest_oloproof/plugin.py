@@ -224,19 +224,15 @@ class CaseItem(pytest.Function):
         if isinstance(exc, CaseSystemError):
             err = exc.error
             tb = err.get("traceback") or ""
-            head = f"case {exc.case_id!r}: the system failed in {err.get('stage')}; every criterion is missing"
-            if err.get("reason") == "timeout":
-                head = f"case {exc.case_id!r}: timed out; every criterion is missing"
-            if err.get("reason") == "contract_violation":
-                stage = err.get("stage")
-                head = f"case {exc.case_id!r}: {stage}() broke the system contract; every criterion is missing"
+            what = {
+                "timeout": "timed out",
+                "contract_violation": f"{err.get('stage')}() broke the system contract",
+                "internal_error": "an error inside Oloproof (not the system)",
+                "budget_exhausted": "not executed, the run's budget stopped it",  # nothing failed
+            }.get(str(err.get("reason")), f"the system failed in {err.get('stage')}")
+            head = f"case {exc.case_id!r}: {what}; every criterion is missing"
             if err.get("reason") == "internal_error":
-                head = (
-                    f"case {exc.case_id!r}: an error inside Oloproof (not the system); every criterion is missing "
-                    "with reason internal_error — please report it"
-                )
-            if err.get("reason") == "budget_exhausted":  # nothing failed: the run's budget stopped it
-                head = f"case {exc.case_id!r}: not executed, the run's budget stopped it; every criterion is missing"
+                head += " with reason internal_error — please report it"
             return redact(f"{head}\n{tb}{err.get('message', '')}".rstrip())
         return _redacted_repr(super().repr_failure(excinfo))
 

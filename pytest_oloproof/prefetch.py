@@ -428,15 +428,6 @@ class Prefetcher:
             return fut.result()
         return None
 
-    def finished(self) -> list[tuple[Case, dict[str, Any]]]:
-        """Cases executed but not yet taken by an item, in item order (for an interrupted run)."""
-        out = []
-        for case in self.cases:
-            fut = self._futures.get(case.id)
-            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
-                out.append((case, fut.result()))
-        return out
-
 
 def _cancel_all(loop: asyncio.AbstractEventLoop) -> None:
     for task in asyncio.all_tasks(loop):

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import inspect
 import math
 import sys
 import traceback
@@ -115,33 +113,6 @@ def load_object(spec: str, base_dir: Path | None, *, what: str = "object") -> An
         except AttributeError:
             raise ConfigError(f"{what}: module {module_name!r} has no attribute {attr!r} (from {spec!r})") from None
     return obj
-
-
-def call_stage(fn: Callable[..., Any], *args: Any) -> Any:
-    """Call a sync or async stage and return its result."""
-    result = fn(*args)
-    if inspect.isawaitable(result):
-        return asyncio.run(_await(result))
-    return result
-
-
-async def _await(aw: Any) -> Any:
-    """Await until the result is no longer awaitable (an async stage may return a coroutine)."""
-    value = await aw
-    while inspect.isawaitable(value):
-        value = await value
-    return value
-
-
-async def acall_stage(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await an async stage, or run a sync one in a worker thread."""
-    if inspect.iscoroutinefunction(fn):
-        result = await fn(*args)
-    else:
-        result = await asyncio.to_thread(fn, *args)
-    if inspect.isawaitable(result):
-        return await _await(result)
-    return result
 
 
 def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:

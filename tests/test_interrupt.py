@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -59,18 +60,33 @@ def make_project(root: Path, concurrency: int, judged: bool = False) -> None:
     (root / "pytest.ini").write_text("[pytest]\n")
 
 
-def oloproof_run(root: Path, slow: bool) -> subprocess.Popen[str]:
+def clean_env(slow: bool = False) -> dict[str, str]:
+    """This process's environment without pytest's or the test system's knobs (SLEEPY_SLOW when `slow`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLEEPY_"))}
     if slow:
         env["SLEEPY_SLOW"] = "1"
+    return env
+
+
+def oloproof_run(root: Path, slow: bool, sigint_default: bool = False) -> subprocess.Popen[str]:
+    """`oloproof run` in a subprocess; `sigint_default`: it gets SIGINT's default handling, whatever ours is."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
         cwd=root,
-        env=env,
+        env=clean_env(slow),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint_default else None,
     )
+
+
+def wait_until(done: Callable[[], bool], proc: subprocess.Popen[str], deadline: float, what: str) -> None:
+    """Poll until `done()`, failing if the run ends first or the deadline passes (`what` did not happen)."""
+    while not done():
+        assert proc.poll() is None, proc.communicate()[0]
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
 
 
 def recorded_lines(root: Path) -> list[str]:
@@ -95,11 +111,7 @@ def test_interrupted_run_is_incomplete_and_the_next_run_reuses_what_finished(
 ) -> None:
     make_project(tmp_path, concurrency, judged)
     proc = oloproof_run(tmp_path, slow=True)
-    deadline = time.monotonic() + 60
-    while len(recorded_lines(tmp_path)) < 3:
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no case was recorded within 60 s"
-        time.sleep(0.05)
+    wait_until(lambda: len(recorded_lines(tmp_path)) >= 3, proc, time.monotonic() + 60, "no case recorded in 60 s")
     proc.send_signal(signum)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out  # pytest's "interrupted"
@@ -160,11 +172,10 @@ def test_ctrl_c_on_an_instruction_without_a_line_is_still_an_interruption(tmp_pa
     interrupt then failed with `None - 1`, and the run exited 1 with an internal traceback, not 2."""
     make_project(tmp_path, concurrency=1)
     (tmp_path / "test_stop.py").write_text(LINELESS_TEST)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLEEPY_"))}
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly"],
         cwd=tmp_path,
-        env=env,
+        env=clean_env(),
         capture_output=True,
         text=True,
         timeout=120,
@@ -196,26 +207,12 @@ def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them
     with the verdicts known and the others missing, reason `interrupted`; the run is incomplete, exit 2."""
     make_project(tmp_path, concurrency=8, judged=True)
     (tmp_path / "sleepy_judge.py").write_text(MAIN_THREAD_JUDGE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "SLEEPY_"))}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = oloproof_run(tmp_path, slow=False, sigint_default=True)
     deadline = time.monotonic() + 60
-    while len(recorded_lines(tmp_path)) < 1:
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "no case was recorded within 60 s"
-        time.sleep(0.05)
+    wait_until(lambda: len(recorded_lines(tmp_path)) >= 1, proc, deadline, "no case was recorded within 60 s")
     proc.send_signal(signal.SIGINT)
-    while not (tmp_path / "recording.txt").exists():
-        assert proc.poll() is None, proc.communicate()[0]
-        assert time.monotonic() < deadline, "nothing left was judged as it was recorded"
-        time.sleep(0.05)
+    recording = tmp_path / "recording.txt"
+    wait_until(recording.exists, proc, deadline, "nothing left was judged as it was recorded")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 2, out

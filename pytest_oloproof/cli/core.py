@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OloproofError
+from ..options import parse_positive_int
 from ..redaction import redact
 from ..store import Store
 
@@ -95,6 +96,14 @@ class _ClosedStdout:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def positive_int(value: str) -> int:
+    """An argparse type: an integer >= 1 (the message the pytest option prints too)."""
+    try:
+        return parse_positive_int(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _stdout_to_devnull() -> None:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..options import parse_positive_int
 from . import core as cli
 
 # diagnose.py (and scipy behind the runner) is imported only when a diagnosis runs, so that
@@ -16,19 +15,12 @@ from . import core as cli
 INTERVENTIONS = ("gold-context", "top-k", "reranker")
 
 
-def _positive(value: str) -> int:
-    try:
-        return parse_positive_int(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("diagnose", help="re-run a run's failed cases under an intervention to learn why they failed")
     p.add_argument("run_id", metavar="RUN_ID", help="run id, unique prefix, or run-record JSON file")
     p.add_argument("--intervention", choices=INTERVENTIONS, default="gold-context", help="default: gold-context")
     p.add_argument("--criterion", help="criterion to diagnose (default: the run's first pass/fail criterion)")
-    p.add_argument("--top-k", type=_positive, metavar="N", help="the cut to replay with (--intervention top-k)")
+    p.add_argument("--top-k", type=cli.positive_int, metavar="N", help="the cut to replay with (--intervention top-k)")
     p.add_argument("--reranker", metavar="MODULE:FUNCTION", help="function(query, candidates) -> candidates")
     p.add_argument("--fresh", action="store_true", help="re-execute child runs even if identical ones exist")
     common(p)

@@ -11,7 +11,6 @@ from typing import Any
 from ..errors import ConfigError
 from ..evaluation import judge_one
 from ..evaluators.base import CriterionValue, EvalInput
-from ..options import parse_positive_int
 from . import core as cli
 
 
@@ -19,13 +18,6 @@ class JudgeNotPassed(ConfigError):
     """The validation was recorded but the judge did not pass it: exit 1."""
 
     exit_code = cli.EXIT_FAILED
-
-
-def _positive(value: str) -> int:
-    try:
-        return parse_positive_int(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _number_in(low: float, high: float) -> Callable[[str], float]:
@@ -47,7 +39,9 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("validate-judge", help="measure a judge's agreement with human labels")
     p.add_argument("--criterion", required=True, help="criterion of a configured judge (e.g. grounded)")
     p.add_argument("--labels", required=True, metavar="JSONL", help="labelled examples (see docs)")
-    p.add_argument("--min-labels", type=_positive, default=30, help="fewest judged examples to pass (default 30)")
+    p.add_argument(
+        "--min-labels", type=cli.positive_int, default=30, help="fewest judged examples to pass (default 30)"
+    )
     p.add_argument(
         "--min-kappa", type=_number_in(-1.0, 1.0), default=0.6, help="least Cohen's kappa to pass (default 0.6)"
     )
