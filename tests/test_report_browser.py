@@ -259,12 +259,16 @@ def test_refund_review_ladder_shows_the_relevant_passage_dropped_by_the_budget(
     assert "two business days" in page.locator("#detail-body").inner_text()
     detail.screenshot(path=str(tmp_path / "refund_review.png"))
 
-    # keyboard: Escape closes the detail; a row's link opens another case through the same anchor
+    # keyboard: Escape closes the detail; a row's link opens another case through the same anchor.
+    # Both go through the hash, and a hashchange event is queued, not dispatched inside the key press:
+    # wait for the page to react (a retrying assertion) instead of reading it at once.
+    from playwright.sync_api import expect
+
     page.keyboard.press("Escape")
-    assert detail.is_hidden()
+    expect(detail).to_be_hidden()
     page.locator("#case-rows a[href='#case=seat_count']").focus()
     page.keyboard.press("Enter")
-    assert page.locator("#detail-h").inner_text() == "Case seat_count"
+    expect(page.locator("#detail-h")).to_have_text("Case seat_count")
     assert page.evaluate("location.hash") == "#case=seat_count"
     opened.check_clean()
 
@@ -431,6 +435,9 @@ def test_hostile_strings_render_as_text(tmp_path: Path, open_page: Any) -> None:
 
     # a system error: the detail shows the stage, the message and the user's traceback, as text
     page.evaluate("location.hash = '#case=broken'")
+    from playwright.sync_api import expect
+
+    expect(page.locator("#detail-h")).to_have_text("Case broken")  # the hashchange is handled asynchronously
     body = page.locator("#detail-body").inner_text()
     assert f"retrieve: ValueError — retrieve() raised ValueError: retriever broke: {XSS}" in body
     assert 'in retrieve\n    raise ValueError("retriever broke: " + XSS)' in body
