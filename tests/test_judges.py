@@ -157,9 +157,11 @@ def test_client_error_is_not_retried() -> None:
 def test_slow_reply_past_the_timeout_is_missing() -> None:
     with ScriptedServer([Reply.verdict("pass", delay=3.0)]) as server:
         value = http_judge(server, timeout_s=0.2, retries=1).evaluate(case())
+        # the client gave up on the last request 0.2 s after sending it: the server may not have read it yet
+        requests = server.wait_for_requests(2)
     assert value.status == "missing"
     assert "timed out after 0.2s" in value.reason
-    assert len(server.requests) == 2  # timeouts are retried too
+    assert requests == len(server.requests) == 2  # timeouts are retried too
 
 
 def test_connection_refused_is_missing() -> None:
