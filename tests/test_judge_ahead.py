@@ -99,7 +99,8 @@ def without_timings(value: Any) -> Any:
 def test_judges_of_prefetched_cases_run_concurrently_within_the_judge_concurrency(
     pytester: pytest.Pytester, use_async: bool
 ) -> None:
-    with ScriptedServer(responder=verdicts(0.3)) as server:
+    # the first verdict is held until a second is asked for: the overlap does not depend on scheduling
+    with ScriptedServer(responder=verdicts(0.3), hold_until_in_flight=2) as server:
         project(pytester.path, server.base_url, use_async=use_async)
         result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
         in_flight, requests = server.max_in_flight, len(server.requests)

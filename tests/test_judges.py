@@ -6,7 +6,6 @@ import json
 import logging
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from pytest_oloproof.providers import (
     build_provider,
     load_object,
 )
-from tests.judge_server import Recorded, Reply, ScriptedServer
+from tests.judge_server import Reply, ScriptedServer
 
 KEY_ENV = "OLOPROOF_TEST_JUDGE_KEY"
 SECRET = "sk-olo-SECRET-7f3a9c0d51e2"
@@ -200,18 +199,9 @@ def test_parse_verdict_tolerates_fences_and_surrounding_text() -> None:
 
 def test_concurrency_limit_per_provider() -> None:
     for limit in (2, 4):
-        holder: list[ScriptedServer] = []
-
-        def hold_until_full(req: Recorded, limit: int = limit, holder: list[ScriptedServer] = holder) -> Reply:
-            # answer only once `limit` requests are in flight (or after 5 s), so the peak is reached however
-            # slowly the threads start; a provider that let more through would still show a higher peak
-            deadline = time.monotonic() + 5
-            while holder[0].in_flight < limit and time.monotonic() < deadline:
-                time.sleep(0.005)
-            return Reply.chat("ok", delay=0.05)
-
-        with ScriptedServer(responder=hold_until_full) as server:
-            holder.append(server)
+        # requests are answered only once `limit` were in flight together, so the peak is reached however
+        # slowly the threads start; a provider that let more through would still show a higher peak
+        with ScriptedServer([Reply.chat("ok", delay=0.05)], hold_until_in_flight=limit) as server:
             provider = OpenAIProvider(server.base_url, "m", concurrency=limit)
             results: list[str] = []
 
