@@ -126,13 +126,23 @@ def test_retry_after_is_capped_and_backoff_is_exponential() -> None:
 
 
 def test_real_retry_after_wait_on_the_wire() -> None:
+    """The provider really sleeps the server's Retry-After (0.3 s), not its own backoff (5 s), between attempts.
+
+    What it asked to sleep is recorded (the sleep itself is real); the wait is seen on the wire as the gap
+    between the two requests the server read, a lower bound that a slow machine can only lengthen."""
     with ScriptedServer([Reply(429, {"Retry-After": "0.3"}), Reply.chat("ok")]) as server:
         provider = OpenAIProvider(server.base_url, "m", retries=1, backoff_s=5.0)
-        import time
+        slept: list[float] = []
 
-        start = time.monotonic()
+        def sleep(seconds: float, real: Any = provider._sleep) -> None:
+            slept.append(seconds)
+            real(seconds)
+
+        provider._sleep = sleep
         assert provider.complete([{"role": "user", "content": "hi"}]) == "ok"
-        assert 0.25 <= time.monotonic() - start < 3.0
+    assert slept == [0.3]
+    first, second = server.requests
+    assert second.at - first.at >= 0.25
 
 
 def test_500s_until_retries_are_exhausted_is_missing() -> None:
