@@ -68,8 +68,14 @@ def clean_env(slow: bool = False) -> dict[str, str]:
     return env
 
 
-def oloproof_run(root: Path, slow: bool, sigint_default: bool = False) -> subprocess.Popen[str]:
-    """`oloproof run` in a subprocess; `sigint_default`: it gets SIGINT's default handling, whatever ours is."""
+def _sigint_as_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def oloproof_run(root: Path, slow: bool) -> subprocess.Popen[str]:
+    """`oloproof run` in a subprocess that gets SIGINT's default handling (so Python's Ctrl-C), whatever ours is:
+    a suite started in the background of a script (`pytest &`, nohup) inherits SIGINT ignored, and a child
+    that ignores it never sees the Ctrl-C the test sends."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
         cwd=root,
@@ -77,7 +83,7 @@ def oloproof_run(root: Path, slow: bool, sigint_default: bool = False) -> subpro
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint_default else None,
+        preexec_fn=_sigint_as_default,
     )
 
 
@@ -207,7 +213,7 @@ def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them
     with the verdicts known and the others missing, reason `interrupted`; the run is incomplete, exit 2."""
     make_project(tmp_path, concurrency=8, judged=True)
     (tmp_path / "sleepy_judge.py").write_text(MAIN_THREAD_JUDGE)
-    proc = oloproof_run(tmp_path, slow=False, sigint_default=True)
+    proc = oloproof_run(tmp_path, slow=False)
     deadline = time.monotonic() + 60
     wait_until(lambda: len(recorded_lines(tmp_path)) >= 1, proc, deadline, "no case was recorded within 60 s")
     proc.send_signal(signal.SIGINT)
@@ -267,7 +273,7 @@ def test_a_second_ctrl_c_while_a_completed_case_is_being_recorded_loses_nothing(
     make_project(tmp_path, concurrency=8, judged=True)
     (tmp_path / "sleepy_judge.py").write_text(MAIN_THREAD_JUDGE)
     (tmp_path / "conftest.py").write_text(CTRL_C_IN_RECORD_CONFTEST)
-    proc = oloproof_run(tmp_path, slow=False, sigint_default=True)
+    proc = oloproof_run(tmp_path, slow=False)
     wait_until(lambda: len(recorded_lines(tmp_path)) >= 1, proc, time.monotonic() + 60, "no case recorded in 60 s")
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
