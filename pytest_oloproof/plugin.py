@@ -150,6 +150,7 @@ class OloproofFile(pytest.File):
         try:
             ev = plugin.prepare()
         except OloproofError as exc:
+            plugin.cannot_start.add(self.nodeid)
             raise ConfigCollectError(str(exc)) from exc
         yield from plugin.make_items(self, ev)
 
@@ -289,6 +290,9 @@ class OloproofPlugin:
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
         self.interrupted = False
         self.selection_failed = False
+        #: node ids of config files whose collection failed on an Oloproof error (a usage error: exit 2)
+        self.cannot_start: set[str] = set()
+        self.start_failed = False  # such a collection error was reported (by this process or an xdist worker)
         self.items_selected = 0
         self._gc_frozen = False
         self.gate_exit: int | None = None
@@ -488,6 +492,7 @@ class OloproofPlugin:
         try:
             self.diagnoser = self.diagnoser or self._new_diagnoser(ev)
         except OloproofError as exc:
+            self.cannot_start.add(parent.nodeid)
             raise ConfigCollectError(str(exc)) from exc
         system = redact(ev.system.config["name"])
         for case_id in self.diagnoser.failed_ids:
@@ -576,6 +581,32 @@ class OloproofPlugin:
             self.gate = SessionGate.prepare(store, baseline, policy, Path(self.config.invocation_params.dir))
         except OloproofError as exc:
             pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Under pytest-xdist, load and check the config, system and cases before the controller hands out any test.
+
+        The controller collects nothing, so a bad config or case file would otherwise be only a worker's
+        collection error: the rest of the suite would run and pytest would exit 1, not 2. Loaded now, the
+        evaluation is the one the controller records the run with; it keeps no cases (the workers run them).
+        """
+        if self.is_worker or self.config.pluginmanager.get_plugin("dsession") is None:
+            return  # one process: collection has loaded it already, and reported any error
+        try:
+            ev = self.prepare()
+            if self.config.getoption("oloproof_diagnose"):
+                self.diagnoser = self.diagnoser or self._new_diagnoser(ev)  # an unknown run, a bad intervention
+        except OloproofError as exc:
+            pytest.exit(redact(f"Oloproof cannot start:\n{exc}"), returncode=EXIT_USAGE)
+        ev.cases = []
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Mark the collection error of an Oloproof config (it rides on the report to the xdist controller)."""
+        if report.failed and report.nodeid in self.cannot_start:
+            report.oloproof_cannot_start = True  # type: ignore[attr-defined]
+        if not self.is_worker and getattr(report, "oloproof_cannot_start", False):
+            self.start_failed = True
 
     @pytest.hookimpl(wrapper=True)
     def pytest_collection_modifyitems(self) -> Generator[None, None, None]:
@@ -830,8 +861,8 @@ class OloproofPlugin:
             return
         if int(exitstatus) == pytest.ExitCode.INTERNAL_ERROR:
             session.exitstatus = EXIT_INTERNAL
-        elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR:
-            session.exitstatus = EXIT_USAGE
+        elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR or self.start_failed:
+            session.exitstatus = EXIT_USAGE  # an Oloproof collection error is a usage error, also under xdist
         if self.diagnoser is not None:
             self._finish_diagnosis(session, exitstatus)
             return
