@@ -297,6 +297,9 @@ class OloproofPlugin:
         self._gc_frozen = False
         self.gate_exit: int | None = None
         self.gate: Any = None  # compare.SessionGate when --oloproof-baseline is given
+        #: policy criteria oloproof.yaml does not give: checked once the evaluator fixtures are resolved
+        self._gate_pending: list[str] = []
+        self._deferred_cases: list[Case] | None = None  # the prefetcher's cases, until that check has passed
         self.summary_lines: list[str] = []
         self.cache_notice: str | None = None  # the cache could not be used (shown once, in the summary)
         self.diagnoser: Any = None  # a diagnose.Diagnoser when --oloproof-diagnose is given
@@ -599,6 +602,37 @@ class OloproofPlugin:
         except OloproofError as exc:
             pytest.exit(redact(f"Oloproof cannot start:\n{exc}"), returncode=EXIT_USAGE)
         ev.cases = []
+        self._check_gate(ev)
+        # the workers resolve the evaluator fixtures: a policy criterion only they can give is checked after the run
+        self._gate_pending = []
+
+    def _check_gate(self, ev: Evaluation) -> None:
+        """What the configuration already says against the session's policy, before any case runs (exit 2)."""
+        if self.gate is None:
+            return
+        try:
+            self._gate_pending = self.gate.check_candidate(
+                ev.system.config["name"], [e.criterion for e in ev.evaluators]
+            )
+        except OloproofError as exc:
+            pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
+
+    def _check_resolved_gate(self, ev: Evaluation, evaluators: list[Evaluator]) -> None:
+        """Once the evaluator fixtures are known, a policy criterion none of them gives is an error (exit 2).
+
+        Checked by the first item, before it executes its case; the prefetcher waits for it.
+        """
+        if not self._gate_pending:
+            return
+        self._gate_pending = []
+        criteria = list(dict.fromkeys([e.criterion for e in ev.evaluators] + [e.criterion for e in evaluators]))
+        try:
+            self.gate.check_resolved(criteria)
+        except OloproofError as exc:
+            pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
+        cases, self._deferred_cases = self._deferred_cases, None
+        if cases is not None:
+            self._start_prefetcher(ev, cases)
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
@@ -645,21 +679,28 @@ class OloproofPlugin:
         ev.caches.track_keys()
         from .execute import RunGate
 
+        self._check_gate(ev)
         self.run_gate = ev.engine.run_gate = RunGate()
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
-            from .prefetch import Prefetcher
+            if self._gate_pending:  # no case runs before the policy is known to fit the session's criteria
+                self._deferred_cases = [i.case for i in items]
+            else:
+                self._start_prefetcher(ev, [i.case for i in items])
 
-            self.prefetcher = Prefetcher(
-                ev.engine,
-                [i.case for i in items],
-                ev.cfg.settings.concurrency,
-                use_async=ev.is_async,
-                progress=self.progress,
-            )
-            self.prefetcher.start()
-            # while the cases wait on the system, import what the summary at the end computes with
-            threading.Thread(target=_warm_summary, name="oloproof-warm-up", daemon=True).start()
+    def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
+        from .prefetch import Prefetcher
+
+        self.prefetcher = Prefetcher(
+            ev.engine,
+            cases,
+            ev.cfg.settings.concurrency,
+            use_async=ev.is_async,
+            progress=self.progress,
+        )
+        self.prefetcher.start()
+        # while the cases wait on the system, import what the summary at the end computes with
+        threading.Thread(target=_warm_summary, name="oloproof-warm-up", daemon=True).start()
 
     def _start_progress(self, total: int | None) -> None:
         """Counters on the controller; a throttled line through the terminal reporter when asked for."""
@@ -696,6 +737,7 @@ class OloproofPlugin:
         ev = self.prepare()
         # evaluator fixtures are session-scoped: resolved by the first item, then reused
         evaluators = self._evaluators if self._evaluators is not None else self._resolve_evaluators(request)
+        self._check_resolved_gate(ev, evaluators)
         if self.prefetcher is not None and not self._judging_ahead:
             self._judge_ahead(ev, evaluators)
         with ev.caches.batch():  # one cache commit for the case's stages and verdicts
