@@ -348,9 +348,9 @@ def test_oloproof_run_with_a_policy_checks_its_criteria_before_any_case_runs(pyt
     (baseline,) = runs(pytester)
     (pytester.path / "calls.log").unlink()
     policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: okk"))
+    gate = ["--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider"]
-        + ["--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"],
+        [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", *gate],
         cwd=pytester.path,
         capture_output=True,
         text=True,
