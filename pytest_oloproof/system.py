@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import sys
 import traceback
@@ -145,7 +146,53 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
                 f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
                 "a mapping or None is required"
             )
+        if c.metadata:
+            check_string_keys(c.metadata, f"{where}: candidate at position {i}", "metadata")
     return result
+
+
+def non_string_key(value: Any, path: str) -> tuple[str, Any] | None:
+    """(where, key) of the first mapping key inside `value` that is not a string, or None.
+
+    JSON object keys are strings: `json` writes the key 1 as "1" without a word, so a value read
+    back from the cache or the store would differ from the one the system returned.
+    """
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        current, where = stack.pop()
+        inner: list[tuple[Any, str]] = []
+        if isinstance(current, Mapping):
+            for k, item in current.items():
+                if not isinstance(k, str):
+                    return where, k
+                if isinstance(item, (Mapping, list, tuple)):
+                    inner.append((item, f"{where}.{k}"))
+        elif isinstance(current, (list, tuple)):
+            inner = [
+                (item, f"{where}[{i}]") for i, item in enumerate(current) if isinstance(item, (Mapping, list, tuple))
+            ]
+        stack.extend(reversed(inner))  # depth first, in order: the first bad key is the one reported
+    return None
+
+
+def check_string_keys(value: Any, what: str, path: str, *, stage: str | None = None) -> None:
+    """A ContractError for a mapping key that is not a string (e.g. {1: "a"}), naming where it is."""
+    if not isinstance(value, (Mapping, list, tuple)):
+        return
+    found = non_string_key(value, path)
+    if found is None:
+        return
+    where, key = found
+    if isinstance(key, (bool, int, float)) or key is None:
+        as_json = json.dumps(key) if not isinstance(key, float) or math.isfinite(key) else None
+        read_back = f"; a cached or stored copy would read it back as the string {as_json!r}" if as_json else ""
+    else:
+        read_back = ""
+    raise ContractError(
+        f"{what}: {where} has the key {key!r} ({type(key).__name__}); JSON object keys are strings{read_back}. "
+        "Use string keys",
+        stage=stage,
+    )
 
 
 def _finite(score: float) -> bool:
