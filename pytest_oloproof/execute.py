@@ -30,6 +30,7 @@ from .records import is_candidates, is_execution_entry
 from .system import (
     RAG_SETTINGS,
     Passage,
+    check_reranked,
     check_retrieval,
     check_string_keys,
     check_tokens,
@@ -400,8 +401,7 @@ class Engine:
         passages = tuple(_passage(c) for c in candidates)
         # the query text retrieve() returned (Retrieval.query), as recorded: never the case's input
         result = yield _Call("reranker", plan.reranker, (plan.query, passages))  # type: ignore[arg-type]
-        if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
-            raise ContractError(f"case {case.id!r}: the reranker must return a sequence of Passage", stage="reranker")
+        result = check_reranked(result, case.id)
         originals = {(c["doc_id"], c["chunk_id"], c["text"]): c for c in candidates}
         out = []
         for pos, p in enumerate(result, 1):

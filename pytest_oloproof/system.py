@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import numbers
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -129,26 +130,45 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
     if len(candidates) > depth:
         raise ContractError(f"{where} returned {len(candidates)} candidates, more than depth={depth}")
     for i, c in enumerate(candidates, 1):
-        if not isinstance(c, Passage):
-            raise ContractError(f"{where}: candidate at position {i} is a {type(c).__name__}, not a Passage")
-        if not isinstance(c.doc_id, str) or not c.doc_id:
-            raise ContractError(
-                f"{where}: candidate at position {i} has doc_id {c.doc_id!r}; a non-empty string is required"
-            )
-        if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, (int, float))):
-            raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
-        if c.score is not None and not _finite(c.score):
-            raise ContractError(
-                f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required"
-            )
-        if c.metadata is not None and not isinstance(c.metadata, Mapping):
-            raise ContractError(
-                f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
-                "a mapping or None is required"
-            )
-        if c.metadata:
-            check_string_keys(c.metadata, f"{where}: candidate at position {i}", "metadata")
+        check_passage(c, where, i)
     return result
+
+
+def check_passage(c: Any, where: str, position: int) -> None:
+    """One candidate's contract (retrieve's, and a reranker's): a Passage with a doc_id, a finite score or None,
+    and metadata that is a mapping with string keys or None."""
+    i = position
+    if not isinstance(c, Passage):
+        raise ContractError(f"{where}: candidate at position {i} is a {type(c).__name__}, not a Passage")
+    if not isinstance(c.doc_id, str) or not c.doc_id:
+        raise ContractError(
+            f"{where}: candidate at position {i} has doc_id {c.doc_id!r}; a non-empty string is required"
+        )
+    # any real number (numpy's floats too, as a cross-encoder returns them), never a boolean or a string
+    if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, numbers.Real)):
+        raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
+    if c.score is not None and not _finite(c.score):
+        raise ContractError(f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required")
+    if c.metadata is not None and not isinstance(c.metadata, Mapping):
+        raise ContractError(
+            f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
+            "a mapping or None is required"
+        )
+    if c.metadata:
+        check_string_keys(c.metadata, f"{where}: candidate at position {i}", "metadata")
+
+
+def check_reranked(result: Any, case_id: str) -> tuple[Passage, ...]:
+    """Enforce a reranker's contract (a sequence of Passage, each checked as retrieve's candidates are)."""
+    where = f"case {case_id!r}: the reranker"
+    if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
+        raise ContractError(f"{where} must return a sequence of Passage", stage="reranker")
+    try:
+        for i, c in enumerate(result, 1):
+            check_passage(c, where, i)
+    except ContractError as exc:
+        raise ContractError(str(exc), stage="reranker") from None
+    return tuple(result)
 
 
 def non_string_key(value: Any, path: str) -> tuple[str, Any] | None:

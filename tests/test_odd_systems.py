@@ -34,6 +34,10 @@ def _retrieve(input, depth):
         return one(text="t", metadata=[("k", "v")])
     if mode == "score_nan":
         return one(text="t", score=float("nan"))
+    if mode == "numpy_score":  # a number all the same (a cross-encoder's scores are numpy floats)
+        import numpy
+
+        return one(text="t", score=numpy.float32(0.25))
     if mode == "metadata_int_key":  # JSON would store the key as "7": a cached re-run would see other metadata
         return one(text="t", metadata={"ranks": {7: "x"}})
     if mode == "query_int_key":
@@ -108,6 +112,7 @@ BROKEN = {
 }
 INTACT = [
     "fine",
+    "numpy_score",
     "own_depth",
     "big_int",
     "mapping_proxy",
@@ -156,6 +161,7 @@ def test_each_odd_system_is_its_own_cases_error_and_the_rest_is_recorded_as_it_w
     assert edited["input"] == {"q": "question edits_input", "mode": "edits_input"}
     assert edited["output"]["q_seen"] == "question edits_input"
     assert type(recs["big_int"]["output"]["n"]) is int  # read back exactly, not as the float 1e30
+    assert recs["numpy_score"]["retrieval"][0]["score"] == 0.25
     assert recs["edits_metadata"]["retrieval"][0]["metadata"] == {"tags": ["kb"]}
     # one object handed out for every case and edited afterwards: each case keeps what generate returned then
     seen = sorted(len(recs[m]["output"]["seen"]) for m in ("shared_1", "shared_2", "shared_3"))
