@@ -76,8 +76,12 @@ def rag_system(
 def settings_problem(settings: Mapping[str, Any]) -> str | None:
     """What is wrong with a system's declared sizes (the rules oloproof.yaml enforces), or None.
 
-    Names and versions may be any scalar (they only enter identities), as the stored-record models accept.
+    Names and versions may be any scalar (they only enter identities), as the stored-record models accept;
+    but an empty name is no name (it would silently become the class's).
     """
+    name = settings.get("name")
+    if isinstance(name, str) and not name.strip():
+        return f"name={name!r}: expected a non-empty name"
     for key in ("depth", "top_k", "token_budget"):
         value = settings.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
