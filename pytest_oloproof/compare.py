@@ -22,7 +22,7 @@ from typing import Any
 from . import stats
 from .aggregate import slice_value
 from .errors import OloproofError, StoreError
-from .identity import settings_identity, sha256_of
+from .identity import canonical_json, settings_identity, sha256_of
 from .policy import (
     CASES_CHANGED,
     INSUFFICIENT,
@@ -74,11 +74,23 @@ def load_run(store: Store, ref: str, role: str) -> dict[str, Any]:
     return record
 
 
+def same_system_name(candidate_name: Any, baseline_name: Any) -> bool:
+    """Whether two system names are one, as the store writes them.
+
+    A name taken from an environment variable is stored as `${VAR}` (redaction.py), while the
+    session's own run is compared before it is written: both are compared redacted.
+    """
+    try:
+        return bool(canonical_json(candidate_name) == canonical_json(baseline_name))
+    except (TypeError, ValueError):
+        return bool(candidate_name == baseline_name)
+
+
 def check_comparable(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:
     """Runs of different systems (different `system.name`) are not comparable."""
     cand = (candidate.get("system") or {}).get("name")
     base = (baseline.get("system") or {}).get("name")
-    if cand != base:
+    if not same_system_name(cand, base):
         raise ComparisonError(
             f"the runs are of different systems: candidate {candidate.get('run_id')} is {cand!r}, "
             f"baseline {baseline.get('run_id')} is {base!r}; compare two runs of one system"
@@ -839,7 +851,7 @@ class SessionGate:
         if self.policy is None:
             return []
         base_name = (self.baseline.get("system") or {}).get("name")
-        if system_name != base_name:
+        if not same_system_name(system_name, base_name):
             raise ComparisonError(
                 f"--oloproof-baseline: run {self.baseline.get('run_id')} is of system {base_name!r}, but this "
                 f"session runs {system_name!r}; a policy compares two runs of one system: give a baseline of "

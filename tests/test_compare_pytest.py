@@ -361,3 +361,21 @@ def test_oloproof_run_with_a_policy_checks_its_criteria_before_any_case_runs(pyt
     assert "did you mean ok?" in proc.stdout + proc.stderr
     assert calls(pytester) == []
     assert runs(pytester) == [baseline]
+
+
+def test_a_system_named_from_an_environment_variable_is_compared_with_its_own_baseline(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store writes that name as ${VAR}; the session's run, compared before it is written, holds the value."""
+    monkeypatch.setenv("OLOPROOF_GATE_NAME", "toy-gate-from-env")
+    logged_project(pytester, "gate_sys_env_a")
+    cfg = pytester.path / "oloproof.yaml"
+    cfg.write_text(cfg.read_text().replace("name: toy-gate", "name: ${OLOPROOF_GATE_NAME}"))
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (baseline,) = runs(pytester)
+    policy(pytester, NOT_WORSE.replace("margin: 5", "margin: 50"))
+    result = pytester.runpytest(
+        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
+    )
+    assert result.ret == 0, result.stdout.str() + result.stderr.str()
+    result.stdout.fnmatch_lines(["Gate: PASS (exit 0)"])
