@@ -149,7 +149,12 @@ def check_passage(c: Any, where: str, position: int) -> None:
             f"{where}: candidate at position {i} has doc_id {c.doc_id!r}; a non-empty string is required"
         )
     # any real number (numpy's floats too, as a cross-encoder returns them), never a boolean or a string
-    if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, numbers.Real)):
+    score = c.score
+    if (
+        score is not None
+        and type(score) not in (float, int)  # the common case, without the slower abstract-class check
+        and (isinstance(score, bool) or not isinstance(score, numbers.Real))
+    ):
         raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
     if c.score is not None and not _finite(c.score):
         raise ContractError(f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required")
@@ -175,12 +180,34 @@ def check_reranked(result: Any, case_id: str) -> tuple[Passage, ...]:
     return tuple(result)
 
 
+#: types that hold no mapping key: skipped at once by the key scan
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _has_non_string_key(value: Any) -> bool:
+    """Whether a mapping key inside `value` is not a string (a scan that builds no paths: the common answer is no)."""
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, Mapping):
+            for k, item in current.items():
+                if type(k) is not str and not isinstance(k, str):
+                    return True
+                if type(item) not in _LEAVES:
+                    stack.append(item)
+        elif isinstance(current, (list, tuple)):
+            stack.extend(item for item in current if type(item) not in _LEAVES)
+    return False
+
+
 def non_string_key(value: Any, path: str) -> tuple[str, Any] | None:
     """(where, key) of the first mapping key inside `value` that is not a string, or None.
 
     JSON object keys are strings: `json` writes the key 1 as "1" without a word, so a value read
     back from the cache or the store would differ from the one the system returned.
     """
+    if not _has_non_string_key(value):
+        return None
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         current, where = stack.pop()
