@@ -22,7 +22,7 @@ from typing import Any
 from . import stats
 from .aggregate import slice_value
 from .errors import OloproofError, StoreError
-from .identity import settings_identity, sha256_of
+from .identity import canonical_json, settings_identity, sha256_of
 from .policy import (
     CASES_CHANGED,
     INSUFFICIENT,
@@ -74,11 +74,23 @@ def load_run(store: Store, ref: str, role: str) -> dict[str, Any]:
     return record
 
 
+def same_system_name(candidate_name: Any, baseline_name: Any) -> bool:
+    """Whether two system names are one, as the store writes them.
+
+    A name taken from an environment variable is stored as `${VAR}` (redaction.py), while the
+    session's own run is compared before it is written: both are compared redacted.
+    """
+    try:
+        return bool(canonical_json(candidate_name) == canonical_json(baseline_name))
+    except (TypeError, ValueError):
+        return bool(candidate_name == baseline_name)
+
+
 def check_comparable(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:
     """Runs of different systems (different `system.name`) are not comparable."""
     cand = (candidate.get("system") or {}).get("name")
     base = (baseline.get("system") or {}).get("name")
-    if cand != base:
+    if not same_system_name(cand, base):
         raise ComparisonError(
             f"the runs are of different systems: candidate {candidate.get('run_id')} is {cand!r}, "
             f"baseline {baseline.get('run_id')} is {base!r}; compare two runs of one system"
@@ -819,7 +831,43 @@ class SessionGate:
             p = p if p.is_absolute() else invocation_dir / p
             ref, source = str(p), str(p.resolve())
         baseline = load_run(store, ref, "--oloproof-baseline")
+        if policy is not None:  # a criterion the baseline lacks fails whatever the candidate records
+            policy.check_criteria(
+                criteria_of(baseline),
+                why=f"both runs must record it, and the baseline {baseline.get('run_id')} does not",
+                listing="criteria of the baseline",
+            )
         return cls(store, baseline, source, policy)
+
+    def check_candidate(self, system_name: str, configured: Sequence[str]) -> list[str]:
+        """Before any case runs: fail (OloproofError) where the candidate's configuration already rules the policy out.
+
+        A run of another system than the baseline's cannot be compared. A decision's criterion that
+        the configured evaluators do not give may still come from a conftest.py evaluator fixture (an
+        addition, or an override): those criteria are returned, for `check_resolved` once the session's
+        evaluator fixtures are known. Only with a policy: without one, the comparison is a report, and
+        a run it cannot be made for still stands.
+        """
+        if self.policy is None:
+            return []
+        base_name = (self.baseline.get("system") or {}).get("name")
+        if not same_system_name(system_name, base_name):
+            raise ComparisonError(
+                f"--oloproof-baseline: run {self.baseline.get('run_id')} is of system {base_name!r}, but this "
+                f"session runs {system_name!r}; a policy compares two runs of one system: give a baseline of "
+                f"{system_name!r}"
+            )
+        return [d.criterion for d in self.policy.policy.decisions if d.criterion not in configured]
+
+    def check_resolved(self, criteria: Sequence[str]) -> None:
+        """The session's criteria (configured and from evaluator fixtures) must give every decision's criterion."""
+        if self.policy is None:
+            return
+        base = set(criteria_of(self.baseline))
+        self.policy.check_criteria(
+            [c for c in criteria if c in base],
+            why="both runs must record it, and this run's evaluators (oloproof.yaml and conftest.py fixtures) do not",
+        )
 
     def apply(self, record: Mapping[str, Any], summary_lines: list[str], step_summary: str | None = None) -> int | None:
         """Compare the session's run with the baseline; extend the summary; return the exit status to force.

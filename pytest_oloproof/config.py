@@ -52,9 +52,23 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
+def _system_name(value: Any) -> Any:
+    """A system name given in the file is a name: an empty one would silently become another (the class's)."""
+    if isinstance(value, str) and not value.strip():
+        raise ValueError(
+            f"expected a non-empty name, got {value!r}; give the system a name (e.g. name: support-rag), or leave "
+            "the key out to use the @rag_system name (else the class or function name)"
+        )
+    return value
+
+
+#: a system's name in the file: a non-empty string when given
+SystemName = Annotated[str | None, BeforeValidator(_system_name)]
+
+
 class RagSettings(Strict):
     object: str = Field(description="module:attribute of the @rag_system class")
-    name: str | None = None
+    name: SystemName = None
     version: str | None = None
     depth: Int | None = Field(default=None, ge=1)
     top_k: Int | None = Field(default=None, ge=1)
@@ -63,7 +77,7 @@ class RagSettings(Strict):
 
 
 class SystemSettings(Strict):
-    name: str | None = None
+    name: SystemName = None
     version: str | None = None
     rag: RagSettings | None = None
     object: str | None = Field(default=None, description="module:attribute of a plain callable input -> output")

@@ -27,7 +27,16 @@ from .config import LoadedConfig
 from .errors import ConfigError, ContractError, Transient
 from .identity import StageKeys, canonical_json
 from .records import is_candidates, is_execution_entry
-from .system import RAG_SETTINGS, Passage, check_retrieval, check_tokens, load_object, settings_problem
+from .system import (
+    RAG_SETTINGS,
+    Passage,
+    check_reranked,
+    check_retrieval,
+    check_string_keys,
+    check_tokens,
+    load_object,
+    settings_problem,
+)
 from .usage import PAID_STAGES, Budget, BudgetExhausted, collect
 
 
@@ -228,7 +237,7 @@ class Engine:
         saved: dict[str, list[dict[str, Any]]] = {}  # stage -> usage of the cache entries that served it
         if not self.system.is_rag:
             output = yield _Call("call", self.system.obj, (_fresh(case.input),))
-            _check_json(output, case.id, "system", stage="call")
+            _check_json(output, case.id, "system", stage="call", path="output")
             rec["output"] = _fresh(output)  # a snapshot: the system may hand out one object it edits later
             self._commit(gate, ekey, rec, use_exec_cache, bypass)
             return rec
@@ -275,7 +284,7 @@ class Engine:
                             "metadata": dict(p.metadata) if p.metadata else None,
                         }
                     )
-                query_json = _check_json(retrieval.query, case.id, "retrieve() query", stage="retrieve")
+                query_json = _check_json(retrieval.query, case.id, "retrieve() query", stage="retrieve", path="query")
                 text = _check_json(candidates, case.id, "retrieve() candidates", stage="retrieve")
                 query = _fresh(retrieval.query)  # snapshots, as the cache keeps them
                 for c in candidates:
@@ -336,7 +345,7 @@ class Engine:
                     stage="generate",
                 )
             output = dict(output)
-            text = _check_json(output, case.id, "generate()", stage="generate")
+            text = _check_json(output, case.id, "generate()", stage="generate", path="output")
             output = copy.deepcopy(output)  # a snapshot: the system may hand out one object it edits later
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
@@ -392,8 +401,7 @@ class Engine:
         passages = tuple(_passage(c) for c in candidates)
         # the query text retrieve() returned (Retrieval.query), as recorded: never the case's input
         result = yield _Call("reranker", plan.reranker, (plan.query, passages))  # type: ignore[arg-type]
-        if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
-            raise ContractError(f"case {case.id!r}: the reranker must return a sequence of Passage", stage="reranker")
+        result = check_reranked(result, case.id)
         originals = {(c["doc_id"], c["chunk_id"], c["text"]): c for c in candidates}
         out = []
         for pos, p in enumerate(result, 1):
@@ -946,8 +954,14 @@ def _usage_of(seen: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"stages": stages} if stages else None
 
 
-def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None) -> str:
-    """The value as canonical JSON, or a ContractError naming the case and the stage."""
+def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None, path: str | None = None) -> str:
+    """The value as canonical JSON, or a ContractError naming the case and the stage.
+
+    With `path` (the value's name in the record), a mapping key that is not a string is an error too:
+    JSON would turn it into a string silently, so a cached re-run would see another value.
+    """
+    if path is not None:
+        check_string_keys(value, f"case {case_id!r}: {what}", path, stage=stage)
     try:
         return canonical_json(value)
     except (TypeError, ValueError) as exc:

@@ -151,6 +151,7 @@ class OloproofFile(pytest.File):
         try:
             ev = plugin.prepare()
         except OloproofError as exc:
+            plugin.cannot_start.add(self.nodeid)
             raise ConfigCollectError(str(exc)) from exc
         yield from plugin.make_items(self, ev)
 
@@ -290,10 +291,16 @@ class OloproofPlugin:
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
         self.interrupted = False
         self.selection_failed = False
+        #: node ids of config files whose collection failed on an Oloproof error (a usage error: exit 2)
+        self.cannot_start: set[str] = set()
+        self.start_failed = False  # such a collection error was reported (by this process or an xdist worker)
         self.items_selected = 0
         self._gc_frozen = False
         self.gate_exit: int | None = None
         self.gate: Any = None  # compare.SessionGate when --oloproof-baseline is given
+        #: policy criteria oloproof.yaml does not give: checked once the evaluator fixtures are resolved
+        self._gate_pending: list[str] = []
+        self._deferred_cases: list[Case] | None = None  # the prefetcher's cases, until that check has passed
         self.summary_lines: list[str] = []
         self.cache_notice: str | None = None  # the cache could not be used (shown once, in the summary)
         self.diagnoser: Any = None  # a diagnose.Diagnoser when --oloproof-diagnose is given
@@ -489,6 +496,7 @@ class OloproofPlugin:
         try:
             self.diagnoser = self.diagnoser or self._new_diagnoser(ev)
         except OloproofError as exc:
+            self.cannot_start.add(parent.nodeid)
             raise ConfigCollectError(str(exc)) from exc
         system = redact(ev.system.config["name"])
         for case_id in self.diagnoser.failed_ids:
@@ -578,6 +586,63 @@ class OloproofPlugin:
         except OloproofError as exc:
             pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
 
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtestloop(self, session: pytest.Session) -> None:
+        """Under pytest-xdist, load and check the config, system and cases before the controller hands out any test.
+
+        The controller collects nothing, so a bad config or case file would otherwise be only a worker's
+        collection error: the rest of the suite would run and pytest would exit 1, not 2. Loaded now, the
+        evaluation is the one the controller records the run with; it keeps no cases (the workers run them).
+        """
+        if self.is_worker or self.config.pluginmanager.get_plugin("dsession") is None:
+            return  # one process: collection has loaded it already, and reported any error
+        try:
+            ev = self.prepare()
+            if self.config.getoption("oloproof_diagnose"):
+                self.diagnoser = self.diagnoser or self._new_diagnoser(ev)  # an unknown run, a bad intervention
+        except OloproofError as exc:
+            pytest.exit(redact(f"Oloproof cannot start:\n{exc}"), returncode=EXIT_USAGE)
+        ev.cases = []
+        self._check_gate(ev)
+        # the workers resolve the evaluator fixtures: a policy criterion only they can give is checked after the run
+        self._gate_pending = []
+
+    def _check_gate(self, ev: Evaluation) -> None:
+        """What the configuration already says against the session's policy, before any case runs (exit 2)."""
+        if self.gate is None:
+            return
+        try:
+            self._gate_pending = self.gate.check_candidate(
+                ev.system.config["name"], [e.criterion for e in ev.evaluators]
+            )
+        except OloproofError as exc:
+            pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
+
+    def _check_resolved_gate(self, ev: Evaluation, evaluators: list[Evaluator]) -> None:
+        """Once the evaluator fixtures are known, a policy criterion none of them gives is an error (exit 2).
+
+        Checked by the first item, before it executes its case; the prefetcher waits for it.
+        """
+        if not self._gate_pending:
+            return
+        self._gate_pending = []
+        criteria = list(dict.fromkeys([e.criterion for e in ev.evaluators] + [e.criterion for e in evaluators]))
+        try:
+            self.gate.check_resolved(criteria)
+        except OloproofError as exc:
+            pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
+        cases, self._deferred_cases = self._deferred_cases, None
+        if cases is not None:
+            self._start_prefetcher(ev, cases)
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        """Mark the collection error of an Oloproof config (it rides on the report to the xdist controller)."""
+        if report.failed and report.nodeid in self.cannot_start:
+            report.oloproof_cannot_start = True  # type: ignore[attr-defined]
+        if not self.is_worker and getattr(report, "oloproof_cannot_start", False):
+            self.start_failed = True
+
     @pytest.hookimpl(wrapper=True)
     def pytest_collection_modifyitems(self) -> Generator[None, None, None]:
         """Notes a selection that failed (a bad -k or -m expression): pytest still calls collection_finish."""
@@ -615,21 +680,28 @@ class OloproofPlugin:
         ev.caches.track_keys()
         from .execute import RunGate
 
+        self._check_gate(ev)
         self.run_gate = ev.engine.run_gate = RunGate()
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
-            from .prefetch import Prefetcher
+            if self._gate_pending:  # no case runs before the policy is known to fit the session's criteria
+                self._deferred_cases = [i.case for i in items]
+            else:
+                self._start_prefetcher(ev, [i.case for i in items])
 
-            self.prefetcher = Prefetcher(
-                ev.engine,
-                [i.case for i in items],
-                ev.cfg.settings.concurrency,
-                use_async=ev.is_async,
-                progress=self.progress,
-            )
-            self.prefetcher.start()
-            # while the cases wait on the system, import what the summary at the end computes with
-            threading.Thread(target=_warm_summary, name="oloproof-warm-up", daemon=True).start()
+    def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
+        from .prefetch import Prefetcher
+
+        self.prefetcher = Prefetcher(
+            ev.engine,
+            cases,
+            ev.cfg.settings.concurrency,
+            use_async=ev.is_async,
+            progress=self.progress,
+        )
+        self.prefetcher.start()
+        # while the cases wait on the system, import what the summary at the end computes with
+        threading.Thread(target=_warm_summary, name="oloproof-warm-up", daemon=True).start()
 
     def _start_progress(self, total: int | None) -> None:
         """Counters on the controller; a throttled line through the terminal reporter when asked for."""
@@ -666,6 +738,7 @@ class OloproofPlugin:
         ev = self.prepare()
         # evaluator fixtures are session-scoped: resolved by the first item, then reused
         evaluators = self._evaluators if self._evaluators is not None else self._resolve_evaluators(request)
+        self._check_resolved_gate(ev, evaluators)
         if self.prefetcher is not None and not self._judging_ahead:
             self._judge_ahead(ev, evaluators)
         with ev.caches.batch():  # one cache commit for the case's stages and verdicts
@@ -831,8 +904,8 @@ class OloproofPlugin:
             return
         if int(exitstatus) == pytest.ExitCode.INTERNAL_ERROR:
             session.exitstatus = EXIT_INTERNAL
-        elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR:
-            session.exitstatus = EXIT_USAGE
+        elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR or self.start_failed:
+            session.exitstatus = EXIT_USAGE  # an Oloproof collection error is a usage error, also under xdist
         if self.diagnoser is not None:
             self._finish_diagnosis(session, exitstatus)
             return

@@ -188,14 +188,20 @@ class LoadedPolicy:
         """A ConfigError located at a key path of the policy file."""
         return ConfigError(f"{where_in(self.path, self.node, loc)}: {key_path(loc)}: {message}")
 
-    def check_criteria(self, available: Sequence[str]) -> None:
-        """Raise a located ConfigError for a decision naming a criterion the runs do not share."""
+    def check_criteria(
+        self, available: Sequence[str], *, why: str = "both runs must record it", listing: str = "criteria in both runs"
+    ) -> None:
+        """Raise a located ConfigError for a decision naming a criterion the runs do not share.
+
+        `why` and `listing` word the error for a narrower check (the baseline's criteria alone,
+        before the candidate runs).
+        """
         for i, d in enumerate(self.policy.decisions):
             if d.criterion not in available:
                 known = ", ".join(available) or "none"
                 raise self.error_at(
                     ["decisions", i, "criterion"],
-                    f"unknown criterion {d.criterion!r}: both runs must record it (criteria in both runs: {known})"
+                    f"unknown criterion {d.criterion!r}: {why} ({listing}: {known})"
                     f"{close_spelling(d.criterion, list(available))}",
                 )
 

@@ -86,6 +86,57 @@ def _retry_after(value: str | None) -> float | None:
     return seconds if seconds >= 0 else None
 
 
+def check_base_url(base_url: Any) -> None:
+    """An endpoint URL requests can go to: http(s)://host[:port][/path], nothing else (raises ConfigError).
+
+    Checked when the judge is built, before any case runs: a malformed URL would otherwise fail
+    every judge call of the run (each one retried), leaving every judged criterion missing.
+    """
+    example = "e.g. http://localhost:8000/v1"
+    if not isinstance(base_url, str) or not base_url:
+        raise ConfigError(
+            f"openai provider: base_url is empty; give the endpoint's URL ({example}), "
+            f"or leave base_url out for {DEFAULT_OPENAI_BASE_URL}",
+            key="base_url",
+        )
+    shown = _redact_url(base_url)
+    if any(ch.isspace() for ch in base_url):
+        raise ConfigError(
+            f"openai provider: base_url {shown!r} contains whitespace; write the URL without spaces ({example})",
+            key="base_url",
+        )
+    if "://" not in base_url:
+        raise ConfigError(
+            f"openai provider: base_url {shown!r} has no scheme; write it with http:// or https:// "
+            f"(e.g. http://{shown.lstrip('/')})",
+            key="base_url",
+        )
+    parts = urlsplit(base_url)
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ConfigError(
+            f"openai provider: base_url {shown!r}: scheme {parts.scheme + '://'!r} is not http:// or https:// "
+            f"(an OpenAI-compatible endpoint is served over HTTP; {example})",
+            key="base_url",
+        )
+    try:
+        host, port = parts.hostname, parts.port  # .port raises on a port that is not a number in 0..65535
+        if port == 0:
+            raise ValueError(port)
+    except ValueError:
+        raise ConfigError(
+            f"openai provider: base_url {shown!r}: the port is not a number from 1 to 65535 ({example})",
+            key="base_url",
+        ) from None
+    if not host:
+        raise ConfigError(f"openai provider: base_url {shown!r} names no host ({example})", key="base_url")
+    if parts.query or parts.fragment or base_url.endswith(("?", "#")):
+        raise ConfigError(
+            f"openai provider: base_url {shown!r} has a query or fragment (?... or #...); Oloproof appends "
+            f"/chat/completions to base_url, so give only scheme, host and path ({example})",
+            key="base_url",
+        )
+
+
 class OpenAIProvider:
     """An OpenAI-compatible chat-completions endpoint, with retries and a concurrency limit.
 
@@ -114,8 +165,7 @@ class OpenAIProvider:
     ) -> None:
         if not model:
             raise ConfigError("openai provider: `model` is required", key="model")
-        if not base_url:
-            raise ConfigError("openai provider: `base_url` is required", key="base_url")
+        check_base_url(base_url)
         if concurrency < 1:
             raise ConfigError(f"openai provider: concurrency must be >= 1, got {concurrency}", key="concurrency")
         if retries < 0:
@@ -333,8 +383,9 @@ def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
     for name in ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra"):
         if settings.get(name) is not None:
             kwargs[name] = settings[name]
+    base_url = settings.get("base_url")
     return OpenAIProvider(
-        settings.get("base_url") or DEFAULT_OPENAI_BASE_URL,
+        DEFAULT_OPENAI_BASE_URL if base_url is None else base_url,  # an empty base_url is an error, not the default
         str(model),
         api_key_env=settings.get("api_key_env"),
         **kwargs,

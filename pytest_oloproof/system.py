@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import json
 import math
+import numbers
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -74,8 +76,12 @@ def rag_system(
 def settings_problem(settings: Mapping[str, Any]) -> str | None:
     """What is wrong with a system's declared sizes (the rules oloproof.yaml enforces), or None.
 
-    Names and versions may be any scalar (they only enter identities), as the stored-record models accept.
+    Names and versions may be any scalar (they only enter identities), as the stored-record models accept;
+    but an empty name is no name (it would silently become the class's).
     """
+    name = settings.get("name")
+    if isinstance(name, str) and not name.strip():
+        return f"name={name!r}: expected a non-empty name"
     for key in ("depth", "top_k", "token_budget"):
         value = settings.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -128,24 +134,116 @@ def check_retrieval(result: Any, depth: int, case_id: str) -> Retrieval:
     if len(candidates) > depth:
         raise ContractError(f"{where} returned {len(candidates)} candidates, more than depth={depth}")
     for i, c in enumerate(candidates, 1):
-        if not isinstance(c, Passage):
-            raise ContractError(f"{where}: candidate at position {i} is a {type(c).__name__}, not a Passage")
-        if not isinstance(c.doc_id, str) or not c.doc_id:
-            raise ContractError(
-                f"{where}: candidate at position {i} has doc_id {c.doc_id!r}; a non-empty string is required"
-            )
-        if c.score is not None and (isinstance(c.score, bool) or not isinstance(c.score, (int, float))):
-            raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
-        if c.score is not None and not _finite(c.score):
-            raise ContractError(
-                f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required"
-            )
-        if c.metadata is not None and not isinstance(c.metadata, Mapping):
-            raise ContractError(
-                f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
-                "a mapping or None is required"
-            )
+        check_passage(c, where, i)
     return result
+
+
+def check_passage(c: Any, where: str, position: int) -> None:
+    """One candidate's contract (retrieve's, and a reranker's): a Passage with a doc_id, a finite score or None,
+    and metadata that is a mapping with string keys or None."""
+    i = position
+    if not isinstance(c, Passage):
+        raise ContractError(f"{where}: candidate at position {i} is a {type(c).__name__}, not a Passage")
+    if not isinstance(c.doc_id, str) or not c.doc_id:
+        raise ContractError(
+            f"{where}: candidate at position {i} has doc_id {c.doc_id!r}; a non-empty string is required"
+        )
+    # any real number (numpy's floats too, as a cross-encoder returns them), never a boolean or a string
+    score = c.score
+    if (
+        score is not None
+        and type(score) not in (float, int)  # the common case, without the slower abstract-class check
+        and (isinstance(score, bool) or not isinstance(score, numbers.Real))
+    ):
+        raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
+    if c.score is not None and not _finite(c.score):
+        raise ContractError(f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required")
+    if c.metadata is not None and not isinstance(c.metadata, Mapping):
+        raise ContractError(
+            f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
+            "a mapping or None is required"
+        )
+    if c.metadata:
+        check_string_keys(c.metadata, f"{where}: candidate at position {i}", "metadata")
+
+
+def check_reranked(result: Any, case_id: str) -> tuple[Passage, ...]:
+    """Enforce a reranker's contract (a sequence of Passage, each checked as retrieve's candidates are)."""
+    where = f"case {case_id!r}: the reranker"
+    if not isinstance(result, (list, tuple)) or not all(isinstance(p, Passage) for p in result):
+        raise ContractError(f"{where} must return a sequence of Passage", stage="reranker")
+    try:
+        for i, c in enumerate(result, 1):
+            check_passage(c, where, i)
+    except ContractError as exc:
+        raise ContractError(str(exc), stage="reranker") from None
+    return tuple(result)
+
+
+#: types that hold no mapping key: skipped at once by the key scan
+_LEAVES = frozenset({str, int, float, bool, type(None)})
+
+
+def _has_non_string_key(value: Any) -> bool:
+    """Whether a mapping key inside `value` is not a string (a scan that builds no paths: the common answer is no)."""
+    stack = [value]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, Mapping):
+            for k, item in current.items():
+                if type(k) is not str and not isinstance(k, str):
+                    return True
+                if type(item) not in _LEAVES:
+                    stack.append(item)
+        elif isinstance(current, (list, tuple)):
+            stack.extend(item for item in current if type(item) not in _LEAVES)
+    return False
+
+
+def non_string_key(value: Any, path: str) -> tuple[str, Any] | None:
+    """(where, key) of the first mapping key inside `value` that is not a string, or None.
+
+    JSON object keys are strings: `json` writes the key 1 as "1" without a word, so a value read
+    back from the cache or the store would differ from the one the system returned.
+    """
+    if not _has_non_string_key(value):
+        return None
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        current, where = stack.pop()
+        inner: list[tuple[Any, str]] = []
+        if isinstance(current, Mapping):
+            for k, item in current.items():
+                if not isinstance(k, str):
+                    return where, k
+                if isinstance(item, (Mapping, list, tuple)):
+                    inner.append((item, f"{where}.{k}"))
+        elif isinstance(current, (list, tuple)):
+            inner = [
+                (item, f"{where}[{i}]") for i, item in enumerate(current) if isinstance(item, (Mapping, list, tuple))
+            ]
+        stack.extend(reversed(inner))  # depth first, in order: the first bad key is the one reported
+    return None
+
+
+def check_string_keys(value: Any, what: str, path: str, *, stage: str | None = None) -> None:
+    """A ContractError for a mapping key that is not a string (e.g. {1: "a"}), naming where it is."""
+    if not isinstance(value, (Mapping, list, tuple)):
+        return
+    found = non_string_key(value, path)
+    if found is None:
+        return
+    where, key = found
+    if isinstance(key, (bool, int, float)) or key is None:
+        as_json = json.dumps(key) if not isinstance(key, float) or math.isfinite(key) else None
+        read_back = f"; a cached or stored copy would read it back as the string {as_json!r}" if as_json else ""
+    else:
+        read_back = ""
+    raise ContractError(
+        f"{what}: {where} has the key {key!r} ({type(key).__name__}); JSON object keys are strings{read_back}. "
+        "Use string keys",
+        stage=stage,
+    )
 
 
 def _finite(score: float) -> bool:

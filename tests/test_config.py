@@ -75,6 +75,17 @@ BROKEN = {
         "(export it, write ${OLOPROOF_TEST_UNSET:-default}, or write the value instead of ${OLOPROOF_TEST_UNSET})",
     ),
     "top_k_over_depth": (("top_k: 2", "top_k: 5"), ":6: system.rag.top_k: 5 is larger than depth 3"),
+    # an empty name silently became the class's name (not even the decorator's)
+    "empty_name": (
+        ("name: s", "name: ''"),
+        ":2: system.name: expected a non-empty name, got ''; give the system a name (e.g. name: support-rag), "
+        "or leave the key out to use the @rag_system name (else the class or function name)",
+    ),
+    "blank_rag_name": (
+        ("    depth: 3", "    depth: 3\n    name: '  '"),
+        ":6: system.rag.name: expected a non-empty name, got '  '; give the system a name (e.g. name: support-rag), "
+        "or leave the key out to use the @rag_system name (else the class or function name)",
+    ),
     "bad_object_form": (("{module}:System", "{module}.System"), None),
     "unknown_module": (("{module}:System", "no_such_module_xyz:System"), None),
     "unknown_attribute": (("{module}:System", "{module}:Nope"), None),
@@ -121,7 +132,7 @@ def test_config_error_message(tmp_path: Path, name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["close_spelling", "evaluator_type", "invalid_yaml", "unset_variable", "unknown_module"]
+    "name", ["close_spelling", "evaluator_type", "invalid_yaml", "unset_variable", "unknown_module", "empty_name"]
 )
 def test_config_error_stops_the_run_before_anything_runs(pytester: pytest.Pytester, name: str) -> None:
     module = write_project(pytester.path, name)
@@ -258,3 +269,39 @@ def test_module_that_fails_on_import_is_a_config_error_with_its_traceback(tmp_pa
         "no API key in this shell"
     )
     assert "in helper" in msg
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["rag", "plain-callable"])
+def test_an_empty_system_name_from_a_variable_is_an_error_not_a_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plain: bool
+) -> None:
+    monkeypatch.setenv("OLOPROOF_TEST_EMPTY", "")
+    module = unique_module()
+    (tmp_path / f"{module}.py").write_text(
+        RAG_SOURCE.replace("{settings}", "depth=3") + "\ndef answer(x):\n    return x\n"
+    )
+    (tmp_path / "cases.jsonl").write_text(cases_text([case("c1")]), encoding="utf-8")
+    cfg = config_text(module, attr="answer" if plain else "System", plain=plain, name="${OLOPROOF_TEST_EMPTY:-}")
+    (tmp_path / "oloproof.yaml").write_text(cfg, encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"oloproof.yaml:2: system.name: expected a non-empty name, got ''"):
+        Evaluation.load(tmp_path / "oloproof.yaml")
+
+
+def test_an_empty_decorator_name_is_an_error_unless_the_file_names_the_system(tmp_path: Path) -> None:
+    module = unique_module()
+    (tmp_path / f"{module}.py").write_text(RAG_SOURCE.replace("{settings}", "name='', depth=3"), encoding="utf-8")
+    (tmp_path / "cases.jsonl").write_text(cases_text([case("c1")]), encoding="utf-8")
+    path = tmp_path / "oloproof.yaml"
+    path.write_text(config_text(module).replace("  name: sys\n", ""), encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        Evaluation.load(path)
+    assert str(info.value) == (
+        f"{path.resolve()}:3: @rag_system on {module}:System: name='': expected a non-empty name "
+        "(fix the decorator or set it in oloproof.yaml)"
+    )
+    path.write_text(config_text(module, name="named-here"), encoding="utf-8")  # the file wins over the decorator
+    ev = Evaluation.load(path)
+    try:
+        assert ev.system.config["name"] == "named-here"
+    finally:
+        ev.caches.close()

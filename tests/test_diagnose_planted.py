@@ -116,6 +116,81 @@ def test_a_reranker_that_always_raises_is_missing_not_unrecovered(project: Plant
     assert doc["counts"]["diagnosed"] == 0 and doc["counts"]["replay_missing"] == 22
 
 
+# rerankers returning the recorded passages re-scored; each appended to the project's module
+RESCORING = """
+
+import dataclasses
+
+import numpy
+
+
+def rescored(candidates, score):
+    return [dataclasses.replace(c, score=score) for c in candidates]
+
+
+def nan_rerank(query, candidates):
+    return rescored(candidates, float("nan"))
+
+
+def word_rerank(query, candidates):
+    return rescored(candidates, "high")
+
+
+def numeric_text_rerank(query, candidates):
+    return rescored(candidates, "0.5")
+
+
+def boolean_rerank(query, candidates):
+    return rescored(candidates, True)
+
+
+def numpy_rerank(query, candidates):  # as a cross-encoder scores: numpy floats are numbers
+    ranked = keyword_rerank(query, candidates)
+    return [dataclasses.replace(c, score=numpy.float32(len(ranked) - i)) for i, c in enumerate(ranked)]
+"""
+
+
+@pytest.mark.parametrize(
+    ("reranker", "problem"),
+    [
+        ("nan_rerank", "candidate at position 1 has score nan; a finite number is required"),
+        ("word_rerank", "candidate at position 1 has a non-numeric score 'high'"),
+        ("numeric_text_rerank", "candidate at position 1 has a non-numeric score '0.5'"),
+        ("boolean_rerank", "candidate at position 1 has a non-numeric score True"),
+    ],
+)
+def test_a_reranker_score_that_is_not_a_finite_number_is_a_contract_error_as_in_retrieval(
+    project: PlantedProject, reranker: str, problem: str
+) -> None:
+    """Never silently float()ed (True as 1.0, '0.5' as 0.5) nor recorded as null (nan): each case is missing."""
+    with open(project.root / f"{project.module}.py", "a", encoding="utf-8") as f:
+        f.write(RESCORING)
+    run_id = project.run()
+    spec = f"{project.module}:{reranker}"
+    code, out, err = finished(project.cli("diagnose", run_id, "--intervention", "reranker", "--reranker", spec))
+    assert code == 1, (out, err)  # nothing was measured
+    failed = next(line for line in out.splitlines() if line.startswith(f"reranker {spec} failed on"))
+    assert failed.startswith(f"reranker {spec} failed on 22 of 22 cases: case 'budget1': the reranker: {problem}")
+    assert "missing, reason contract_violation" in failed
+    code, out, _ = finished(project.cli("diagnose", run_id, "--intervention", "reranker", "--reranker", spec, "--json"))
+    doc = json.loads(out)
+    assert doc["missing"]["replay"]["reasons"] == {"contract_violation": 22}
+
+
+def test_a_reranker_scoring_with_numpy_floats_is_recorded_with_those_scores(project: PlantedProject) -> None:
+    with open(project.root / f"{project.module}.py", "a", encoding="utf-8") as f:
+        f.write(RESCORING)
+    run_id = project.run()
+    spec = f"{project.module}:numpy_rerank"
+    code, out, err = finished(project.cli("diagnose", run_id, "--intervention", "reranker", "--reranker", spec))
+    assert code == 0, (out, err)
+    assert f"Recovered under reranker {spec}: 8 of 21" in out.splitlines()
+    diagnosis = next(line.split()[1] for line in out.splitlines() if line.startswith("Diagnosis sha256:"))
+    code, out, _ = finished(project.cli("inspect", diagnosis, "--json"))
+    replay = {c["id"]: c for c in project_cases(project, json.loads(out)["child_runs"]["replay"])}
+    assert [c["score"] for c in replay["budget1"]["retrieval"]] == [3.0, 2.0, 1.0]
+
+
 def test_a_run_recorded_without_queries_refuses_a_reranker_replay(
     project: PlantedProject, capsys: pytest.CaptureFixture[str]
 ) -> None:

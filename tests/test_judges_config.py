@@ -135,6 +135,47 @@ def test_judge_setting_errors_name_file_line_and_key(tmp_path: Path, judge: str)
     assert re.match(where + r"\.prompt: " + judge + ": prompt file .*nowhere.txt' not found", msg), msg
 
 
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("127.0.0.1:8000/v1", "has no scheme; write it with http:// or https:// (e.g. http://127.0.0.1:8000/v1)"),
+        ("ftp://127.0.0.1/v1", "scheme 'ftp://' is not http:// or https://"),
+        ("http://127.0.0.1:8000/v1 ", "contains whitespace; write the URL without spaces"),
+        ("judge server", "contains whitespace"),
+        ("http:///v1", "names no host"),
+        ("http://127.0.0.1:80000/v1", "the port is not a number from 1 to 65535"),
+        ("http://127.0.0.1:8000/v1?key=1", "has a query or fragment"),
+        ("", "base_url is empty; give the endpoint's URL"),
+    ],
+    ids=["no-scheme", "ftp", "trailing-space", "not-a-url", "no-host", "bad-port", "query", "empty"],
+)
+@pytest.mark.parametrize("judge", ["groundedness_judge", "citation_support_judge"])
+def test_a_judge_base_url_that_is_not_an_http_url_is_an_error_naming_the_key(
+    tmp_path: Path, judge: str, url: str, problem: str
+) -> None:
+    msg = _error(tmp_path, f"  - {{type: {judge}, model: m, base_url: '{url}'}}\n")
+    where = str(tmp_path / "oloproof.yaml") + ":6: evaluators[1].base_url: openai provider: base_url"
+    assert msg.startswith(where), msg
+    assert problem in msg, msg
+
+
+def test_a_bad_judge_base_url_stops_the_session_before_any_case_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without the check every judge call of the run failed (retried), and every judged criterion was missing."""
+    monkeypatch.setenv("JUDGE_KEY", "sk-loopback")
+    with ScriptedServer(responder=_respond) as server:
+        monkeypatch.setenv("JUDGE_URL", server.base_url.removeprefix("http://"))  # the scheme left out
+        _write(pytester.path, "bad_url_sys", _judge_lines())
+        result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+        assert result.ret == 2, result.stdout.str()
+        result.stdout.fnmatch_lines(
+            ["*oloproof.yaml:6: evaluators[[]1[]].base_url: openai provider: base_url '${JUDGE_URL}' has no scheme*"]
+        )
+        assert server.requests == []
+        assert not (pytester.path / ".store" / "runs").exists()
+
+
 def test_citations_field_is_type_checked(tmp_path: Path) -> None:
     msg = _error(tmp_path, "  - {type: citation_support_judge, model: m, citations_field: [a]}\n")
     assert "evaluators[1].citations_field: expected a valid string" in msg

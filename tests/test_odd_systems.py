@@ -34,6 +34,14 @@ def _retrieve(input, depth):
         return one(text="t", metadata=[("k", "v")])
     if mode == "score_nan":
         return one(text="t", score=float("nan"))
+    if mode == "numpy_score":  # a number all the same (a cross-encoder's scores are numpy floats)
+        import numpy
+
+        return one(text="t", score=numpy.float32(0.25))
+    if mode == "metadata_int_key":  # JSON would store the key as "7": a cached re-run would see other metadata
+        return one(text="t", metadata={"ranks": {7: "x"}})
+    if mode == "query_int_key":
+        return Retrieval(query={1: input["q"]}, depth=depth, candidates=(Passage("d1", 1.0, "t"),))
     if mode == "edits_metadata":
         return one(text="t", metadata={"tags": ["kb"]})
     if mode == "edits_input":
@@ -51,6 +59,8 @@ def _generate(input, context):
         return types.MappingProxyType({"answer": "ok"})
     if input["mode"] == "big_int":
         return {"answer": "ok", "n": 10**30}
+    if input["mode"] == "int_keys" and not os.environ.get("FIXED"):
+        return {"answer": "ok", "by_rank": [{1: "d1"}]}
     if input["mode"] == "edits_metadata":
         context[0].metadata["tags"].append("edited by generate")
     if input["mode"].startswith("shared"):
@@ -88,9 +98,21 @@ BROKEN = {
     "metadata_list": ("retrieve", "contract_violation", ["position 1 has metadata of type list", "a mapping"]),
     "stop_iteration": ("generate", "system_error", ["generate() raised StopIteration: the stream ended"]),
     "score_nan": ("retrieve", "contract_violation", ["position 1 has score nan", "a finite number"]),
+    "int_keys": (
+        "generate",
+        "contract_violation",
+        ["generate(): output.by_rank[0] has the key 1 (int)", "read it back as the string '1'", "Use string keys"],
+    ),
+    "metadata_int_key": (
+        "retrieve",
+        "contract_violation",
+        ["candidate at position 1: metadata.ranks has the key 7 (int); JSON object keys are strings"],
+    ),
+    "query_int_key": ("retrieve", "contract_violation", ["retrieve() query: query has the key 1 (int)"]),
 }
 INTACT = [
     "fine",
+    "numpy_score",
     "own_depth",
     "big_int",
     "mapping_proxy",
@@ -139,6 +161,7 @@ def test_each_odd_system_is_its_own_cases_error_and_the_rest_is_recorded_as_it_w
     assert edited["input"] == {"q": "question edits_input", "mode": "edits_input"}
     assert edited["output"]["q_seen"] == "question edits_input"
     assert type(recs["big_int"]["output"]["n"]) is int  # read back exactly, not as the float 1e30
+    assert recs["numpy_score"]["retrieval"][0]["score"] == 0.25
     assert recs["edits_metadata"]["retrieval"][0]["metadata"] == {"tags": ["kb"]}
     # one object handed out for every case and edited afterwards: each case keeps what generate returned then
     seen = sorted(len(recs[m]["output"]["seen"]) for m in ("shared_1", "shared_2", "shared_3"))
@@ -181,6 +204,39 @@ def test_a_plain_callable_that_edits_its_input_and_reuses_its_output(pytester: p
     assert recs["edits_input"]["input"] == {"q": "q", "mode": "edits_input"}
     assert recs["edits_input"]["output"]["seen"] == ["edits_input"]
     assert recs["second"]["output"]["seen"] == ["edits_input", "second"]
+
+
+INT_KEYS_PLAIN = """
+import os
+
+
+def answer(input):
+    if os.environ.get("FIXED"):
+        return {"answer": "ok", "by_rank": {"1": "d1"}}
+    return {"answer": "ok", "by_rank": {1: "d1"}}
+"""
+
+
+def test_a_plain_callable_output_with_a_non_string_key_is_its_cases_error_never_a_changed_value(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh and cached runs must agree: {1: ...} would be read back from the cache as {"1": ...}."""
+    monkeypatch.delenv("FIXED", raising=False)
+    module = unique_module()
+    pytester.makepyfile(**{module: INT_KEYS_PLAIN})
+    pytester.makefile(".yaml", oloproof=config_text(module, attr="answer", plain=True))
+    pytester.makefile(".jsonl", cases='{"id": "c1", "input": {"q": "q"}, "expected": {"answer": "ok"}}\n')
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    err = by_id(last_run(pytester))["c1"]["error"]
+    assert (err["stage"], err["reason"]) == ("call", "contract_violation"), err
+    assert "output.by_rank has the key 1 (int); JSON object keys are strings" in err["message"]
+    monkeypatch.setenv("FIXED", "1")  # nothing was cached: the fixed system runs, and its run reads back the same
+    pytester.runpytest("--oloproof", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    fresh = by_id(last_run(pytester))["c1"]
+    cached = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    cached.stdout.fnmatch_lines(["Cache: execution 1 hit/0 miss*"])
+    assert by_id(last_run(pytester))["c1"]["output"] == fresh["output"] == {"answer": "ok", "by_rank": {"1": "d1"}}
 
 
 BAD_SETTINGS = """

@@ -61,3 +61,36 @@ def test_xdist_two_workers_match_one_process(pytester: pytest.Pytester) -> None:
     assert cold["cache"]["execution"] == {"hit": 0, "miss": 13}
     assert warm["cache"]["execution"] == {"hit": 13, "miss": 0}
     assert cold["metrics"]["answer_correct"]["passed"] == 9
+
+
+USAGE_ERRORS = {
+    "config": "*oloproof.yaml:8: system.rag.top_k: expected a valid integer*got 'zero'*",
+    "cases": "*cases.jsonl:14:*invalid JSON*",
+    "diagnose": "*cannot diagnose 'run_nope': no run matches 'run_nope'*",
+}
+
+
+@pytest.mark.parametrize("breakage", sorted(USAGE_ERRORS))
+@pytest.mark.parametrize("mode", ["0", "2"], ids=["one-process", "xdist"])
+def test_a_usage_error_exits_2_and_runs_nothing_with_or_without_xdist(
+    pytester: pytest.Pytester, mode: str, breakage: str
+) -> None:
+    """Under xdist the controller collects nothing: it must still stop a bad config or case file with exit 2."""
+    project = pytester.path / "project"
+    copy_example(project)
+    (project / "test_ordinary.py").write_text("def test_ordinary():\n    open('ordinary.ran', 'w').close()\n")
+    args = ["--oloproof", "-p", "xdist", "-n", mode, "-p", "no:cacheprovider", f"--rootdir={project}", str(project)]
+    if breakage == "config":
+        cfg = project / "oloproof.yaml"
+        cfg.write_text(cfg.read_text().replace("top_k: 2", "top_k: zero"))
+    elif breakage == "cases":
+        with open(project / "cases.jsonl", "a") as f:
+            f.write('{"id": "late", "input": \n')
+    else:
+        args += ["--oloproof-diagnose", "run_nope"]
+    result = pytester.runpytest_subprocess(*args)
+    assert result.ret == 2, result.stdout.str()
+    result.stdout.fnmatch_lines(["*Oloproof cannot start*", USAGE_ERRORS[breakage]])
+    assert not (pytester.path / "ordinary.ran").exists()  # nothing ran: not even the ordinary tests
+    runs = project / ".oloproof" / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
