@@ -1037,6 +1037,7 @@ class OloproofPlugin:
                             kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
                             rec = ev.evaluate(case, source, evaluators, ask=True)
                     except KeyboardInterrupt:  # Ctrl-C again: judge nothing more, but record every completed case
+                        interrupts.hold()
                         rec, stopped_here = None, True
                 if stopped_here or interrupts.noted:
                     self.interrupted, ask = True, False
@@ -1163,6 +1164,11 @@ class _NotedInterrupts:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
+    def hold(self) -> None:
+        """Note the signals again (after `raised()`; also when a KeyboardInterrupt cut its clean-up short)."""
+        for signum in self._previous:
+            signal.signal(signum, self._note)
+
     @contextlib.contextmanager
     def raised(self) -> Generator[None, None, None]:
         """A stretch where the signals raise KeyboardInterrupt again."""
@@ -1171,8 +1177,7 @@ class _NotedInterrupts:
                 signal.signal(signum, handler)
             yield
         finally:
-            for signum in self._previous:
-                signal.signal(signum, self._note)
+            self.hold()
 
 
 def _drop_lineless_frames(exc: BaseException) -> None:
