@@ -7,6 +7,7 @@ per session when --oloproof is given.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import inspect
 import json
@@ -1014,26 +1015,41 @@ class OloproofPlugin:
                 "(Ctrl-C again to record them with only the verdicts already judged)"
             )
         ask = True
-        for item in session.items:
-            case = getattr(item, "case", None) if isinstance(item, CaseItem) else None
-            if case is None or case.id not in done or case.id in recorded:
-                continue
-            recorded.add(case.id)
-            kept = dict(done[case.id])
-            try:
-                # the prefetcher's own record carries what was judged ahead of the item (waited for while
-                # a judge thread is still asking for a verdict of it: no judge is asked twice)
-                source = (self.prefetcher.settled(case.id, wait=ask) if self.prefetcher is not None else None) or kept
-                kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
-                rec = ev.evaluate(case, source, evaluators, ask=ask)
-            except KeyboardInterrupt:  # Ctrl-C again: judge nothing more, but record every completed case
-                self.interrupted, ask = True, False
-                rec = ev.evaluate(case, kept, evaluators, ask=False)
-            if self.recorder is None:
-                from .runner import RunRecorder
+        prefetcher = self.prefetcher
+        # Only the judging is interrupted by Ctrl-C: a Ctrl-C landing anywhere else (while a record is
+        # written, say) would lose that case and every one after it; it is noted, and stops the judging
+        with _NotedInterrupts() as interrupts:
+            for item in session.items:
+                case = getattr(item, "case", None) if isinstance(item, CaseItem) else None
+                if case is None or case.id not in done or case.id in recorded:
+                    continue
+                recorded.add(case.id)
+                kept = dict(done[case.id])
+                rec: dict[str, Any] | None = None
+                stopped_here = False
+                if ask and not interrupts.noted:
+                    try:
+                        with interrupts.raised():
+                            # the prefetcher's own record carries what was judged ahead of the item (waited
+                            # for while a judge thread still asks for a verdict of it: no judge is asked twice)
+                            ahead = prefetcher.settled(case.id, wait=True) if prefetcher is not None else None
+                            source = ahead or kept
+                            kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
+                            rec = ev.evaluate(case, source, evaluators, ask=True)
+                    except KeyboardInterrupt:  # Ctrl-C again: judge nothing more, but record every completed case
+                        interrupts.hold()
+                        rec, stopped_here = None, True
+                if stopped_here or interrupts.noted:
+                    self.interrupted, ask = True, False
+                if rec is None:
+                    if not stopped_here and prefetcher is not None:
+                        kept = prefetcher.settled(case.id, wait=False) or kept
+                    rec = ev.evaluate(case, dict(kept), evaluators, ask=False)
+                if self.recorder is None:
+                    from .runner import RunRecorder
 
-                self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
-            self.recorder.add(rec)
+                    self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
+                self.recorder.add(rec)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not (self.summary_lines or self.cache_notice):
@@ -1119,6 +1135,49 @@ def _warm_summary() -> None:
 
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
+
+
+class _NotedInterrupts:
+    """Inside the block, Ctrl-C (and a SIGTERM that Oloproof turns into one) is noted, not raised.
+
+    For work that must finish whole once started, such as writing a completed case's record; `raised()`
+    opens a stretch inside it where they raise as usual (asking a judge). `noted` lists the signals that
+    arrived. Only the main thread can set handlers: elsewhere nothing changes.
+    """
+
+    def __init__(self) -> None:
+        self.noted: list[int] = []
+        self._previous: dict[int, Any] = {}
+
+    def _note(self, signum: int, frame: Any) -> None:
+        self.noted.append(signum)
+
+    def __enter__(self) -> _NotedInterrupts:
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not ignored, not the user's own
+                self._previous[signal.SIGINT] = signal.signal(signal.SIGINT, self._note)
+            if signal.getsignal(signal.SIGTERM) is _sigterm_to_interrupt:
+                self._previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, self._note)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def hold(self) -> None:
+        """Note the signals again (after `raised()`; also when a KeyboardInterrupt cut its clean-up short)."""
+        for signum in self._previous:
+            signal.signal(signum, self._note)
+
+    @contextlib.contextmanager
+    def raised(self) -> Generator[None, None, None]:
+        """A stretch where the signals raise KeyboardInterrupt again."""
+        try:
+            for signum, handler in self._previous.items():
+                signal.signal(signum, handler)
+            yield
+        finally:
+            self.hold()
 
 
 def _drop_lineless_frames(exc: BaseException) -> None:

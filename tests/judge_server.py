@@ -6,12 +6,19 @@
 Replies are served in order; when the script runs out the last reply repeats
 (or `responder(request)` decides, when given). Every request is recorded, and
 the server tracks the highest number of requests it held at once.
+
+Timing never decides a test's outcome: `hold_until_in_flight=n` holds every request
+until n are in flight together once (so a test of concurrency sees the overlap however
+slowly a loaded machine starts the client's threads), and `wait_for_requests(n)` waits
+until the server has read n requests (a client that timed out may return before the
+server's thread even read the request it gave up on).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -61,6 +68,7 @@ class Recorded:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float = field(default_factory=time.monotonic)  # when the server read it
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -69,15 +77,24 @@ class Recorded:
 class ScriptedServer:
     """Serve scripted replies on an ephemeral loopback port in a background thread."""
 
+    # how long a held request, or a wait for requests, waits at most: far past any loaded machine's
+    # scheduling delay; reached only when the client under test really never sends what is waited for
+    PATIENCE_S = 30.0
+
     def __init__(
-        self, replies: list[Reply] | None = None, responder: Callable[[Recorded], Reply] | None = None
+        self,
+        replies: list[Reply] | None = None,
+        responder: Callable[[Recorded], Reply] | None = None,
+        hold_until_in_flight: int = 0,
     ) -> None:
         self.replies = list(replies or [])
         self.responder = responder
+        self.hold_until_in_flight = hold_until_in_flight
         self.requests: list[Recorded] = []
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a request was read, or the server stops
         self._stop = threading.Event()
         self._served = 0
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
@@ -97,8 +114,30 @@ class ScriptedServer:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def wait_for_requests(self, n: int, timeout_s: float = PATIENCE_S) -> int:
+        """Wait until the server has read `n` requests (or `timeout_s` passed); return how many it read."""
+        deadline = time.monotonic() + timeout_s
+        with self._changed:
+            while len(self.requests) < n and not self._stop.is_set():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._changed.wait(left)
+            return len(self.requests)
+
+    def _hold(self) -> None:
+        """Hold a request until `hold_until_in_flight` requests were in flight together once (lock held)."""
+        deadline = time.monotonic() + self.PATIENCE_S
+        while self.max_in_flight < self.hold_until_in_flight and not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self._changed.wait(left)
+
     def close(self) -> None:
         self._stop.set()
+        with self._changed:
+            self._changed.notify_all()
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join(timeout=5)
@@ -122,10 +161,12 @@ class ScriptedServer:
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 request = Recorded("POST", self.path, dict(self.headers.items()), self.rfile.read(length))
-                with server._lock:
+                with server._changed:
                     server.requests.append(request)
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server._changed.notify_all()
+                    server._hold()
                 try:
                     reply = server._next(request)
                     if reply.delay:

@@ -68,8 +68,14 @@ def clean_env(slow: bool = False) -> dict[str, str]:
     return env
 
 
-def oloproof_run(root: Path, slow: bool, sigint_default: bool = False) -> subprocess.Popen[str]:
-    """`oloproof run` in a subprocess; `sigint_default`: it gets SIGINT's default handling, whatever ours is."""
+def _sigint_as_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def oloproof_run(root: Path, slow: bool) -> subprocess.Popen[str]:
+    """`oloproof run` in a subprocess that gets SIGINT's default handling (so Python's Ctrl-C), whatever ours is:
+    a suite started in the background of a script (`pytest &`, nohup) inherits SIGINT ignored, and a child
+    that ignores it never sees the Ctrl-C the test sends."""
     return subprocess.Popen(
         [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
         cwd=root,
@@ -77,7 +83,7 @@ def oloproof_run(root: Path, slow: bool, sigint_default: bool = False) -> subpro
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)) if sigint_default else None,
+        preexec_fn=_sigint_as_default,
     )
 
 
@@ -207,7 +213,7 @@ def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them
     with the verdicts known and the others missing, reason `interrupted`; the run is incomplete, exit 2."""
     make_project(tmp_path, concurrency=8, judged=True)
     (tmp_path / "sleepy_judge.py").write_text(MAIN_THREAD_JUDGE)
-    proc = oloproof_run(tmp_path, slow=False, sigint_default=True)
+    proc = oloproof_run(tmp_path, slow=False)
     deadline = time.monotonic() + 60
     wait_until(lambda: len(recorded_lines(tmp_path)) >= 1, proc, deadline, "no case was recorded within 60 s")
     proc.send_signal(signal.SIGINT)
@@ -228,6 +234,66 @@ def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them
     assert all(g["status"] == "observed" or g["reason"] == "interrupted" for g in grounded), out
     assert all(c["criteria"]["answer_correct"]["status"] == "observed" for c in cases), out
 
+    again = oloproof_run(tmp_path, slow=False)
+    out2, _ = again.communicate(timeout=180)
+    cache_line = re.search(r"Cache: execution (\d+) hit/(\d+) miss", out2)
+    assert cache_line, out2
+    # every case that completed was recorded, and nothing else
+    assert (int(cache_line[1]), int(cache_line[2])) == (len(cases), N_CASES - len(cases)), out2
+
+
+# Ctrl-C again, landing while a completed case's record is being written (not while it is judged): sent by
+# the process to itself from inside RunRecorder.add, once the completed cases are recorded after Ctrl-C.
+CTRL_C_IN_RECORD_CONFTEST = """
+import os, signal
+from pathlib import Path
+import pytest_oloproof.runner as runner
+
+_original = runner.RunRecorder.add
+HERE = Path(__file__).parent
+
+
+def _add(self, rec):
+    if (HERE / "recording.txt").exists() and not (HERE / "signalled.txt").exists():
+        (HERE / "signalled.txt").write_text(rec["id"])
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(10000):  # the interpreter runs the signal's handler between these instructions
+            pass
+    return _original(self, rec)
+
+
+runner.RunRecorder.add = _add
+"""
+
+
+def test_a_second_ctrl_c_while_a_completed_case_is_being_recorded_loses_nothing(tmp_path: Path) -> None:
+    """Only the judging of the completed cases is interruptible: a Ctrl-C landing while a record is written
+    stops the judging from then on, and the record is written whole. It used to raise inside the write:
+    that case and every one after it were lost and pytest crashed with a bare KeyboardInterrupt."""
+    make_project(tmp_path, concurrency=8, judged=True)
+    (tmp_path / "sleepy_judge.py").write_text(MAIN_THREAD_JUDGE)
+    (tmp_path / "conftest.py").write_text(CTRL_C_IN_RECORD_CONFTEST)
+    proc = oloproof_run(tmp_path, slow=False)
+    wait_until(lambda: len(recorded_lines(tmp_path)) >= 1, proc, time.monotonic() + 60, "no case recorded in 60 s")
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out
+    assert "Traceback" not in out, out
+    signalled = (tmp_path / "signalled.txt").read_text()
+
+    (run_dir,) = (tmp_path / ".oloproof" / "runs").iterdir()
+    record = json.loads((run_dir / "run.json").read_text())
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    by_id = {c["id"]: c for c in cases}
+    assert record["status"] == "incomplete", out
+    assert record["counts"]["cases"] == len(cases) == len(by_id), out
+    assert by_id[signalled]["criteria"]["grounded"]["status"] == "observed", out  # judged before the Ctrl-C
+    grounded = [c["criteria"]["grounded"] for c in cases]
+    assert any(g["status"] == "missing" and g["reason"] == "interrupted" for g in grounded), out
+    assert all(g["status"] == "observed" or g["reason"] == "interrupted" for g in grounded), out
+
+    (tmp_path / "conftest.py").unlink()
+    (tmp_path / "sleepy_judge.py").write_text(JUDGE.replace("time.sleep(0.2)", "pass"))  # judging is not checked here
     again = oloproof_run(tmp_path, slow=False)
     out2, _ = again.communicate(timeout=180)
     cache_line = re.search(r"Cache: execution (\d+) hit/(\d+) miss", out2)

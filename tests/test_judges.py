@@ -6,7 +6,6 @@ import json
 import logging
 import re
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from pytest_oloproof.providers import (
     build_provider,
     load_object,
 )
-from tests.judge_server import Recorded, Reply, ScriptedServer
+from tests.judge_server import Reply, ScriptedServer
 
 KEY_ENV = "OLOPROOF_TEST_JUDGE_KEY"
 SECRET = "sk-olo-SECRET-7f3a9c0d51e2"
@@ -127,13 +126,23 @@ def test_retry_after_is_capped_and_backoff_is_exponential() -> None:
 
 
 def test_real_retry_after_wait_on_the_wire() -> None:
+    """The provider really sleeps the server's Retry-After (0.3 s), not its own backoff (5 s), between attempts.
+
+    What it asked to sleep is recorded (the sleep itself is real); the wait is seen on the wire as the gap
+    between the two requests the server read, a lower bound that a slow machine can only lengthen."""
     with ScriptedServer([Reply(429, {"Retry-After": "0.3"}), Reply.chat("ok")]) as server:
         provider = OpenAIProvider(server.base_url, "m", retries=1, backoff_s=5.0)
-        import time
+        slept: list[float] = []
 
-        start = time.monotonic()
+        def sleep(seconds: float, real: Any = provider._sleep) -> None:
+            slept.append(seconds)
+            real(seconds)
+
+        provider._sleep = sleep
         assert provider.complete([{"role": "user", "content": "hi"}]) == "ok"
-        assert 0.25 <= time.monotonic() - start < 3.0
+    assert slept == [0.3]
+    first, second = server.requests
+    assert second.at - first.at >= 0.25
 
 
 def test_500s_until_retries_are_exhausted_is_missing() -> None:
@@ -157,9 +166,11 @@ def test_client_error_is_not_retried() -> None:
 def test_slow_reply_past_the_timeout_is_missing() -> None:
     with ScriptedServer([Reply.verdict("pass", delay=3.0)]) as server:
         value = http_judge(server, timeout_s=0.2, retries=1).evaluate(case())
+        # the client gave up on the last request 0.2 s after sending it: the server may not have read it yet
+        requests = server.wait_for_requests(2)
     assert value.status == "missing"
     assert "timed out after 0.2s" in value.reason
-    assert len(server.requests) == 2  # timeouts are retried too
+    assert requests == len(server.requests) == 2  # timeouts are retried too
 
 
 def test_connection_refused_is_missing() -> None:
@@ -198,18 +209,9 @@ def test_parse_verdict_tolerates_fences_and_surrounding_text() -> None:
 
 def test_concurrency_limit_per_provider() -> None:
     for limit in (2, 4):
-        holder: list[ScriptedServer] = []
-
-        def hold_until_full(req: Recorded, limit: int = limit, holder: list[ScriptedServer] = holder) -> Reply:
-            # answer only once `limit` requests are in flight (or after 5 s), so the peak is reached however
-            # slowly the threads start; a provider that let more through would still show a higher peak
-            deadline = time.monotonic() + 5
-            while holder[0].in_flight < limit and time.monotonic() < deadline:
-                time.sleep(0.005)
-            return Reply.chat("ok", delay=0.05)
-
-        with ScriptedServer(responder=hold_until_full) as server:
-            holder.append(server)
+        # requests are answered only once `limit` were in flight together, so the peak is reached however
+        # slowly the threads start; a provider that let more through would still show a higher peak
+        with ScriptedServer([Reply.chat("ok", delay=0.05)], hold_until_in_flight=limit) as server:
             provider = OpenAIProvider(server.base_url, "m", concurrency=limit)
             results: list[str] = []
 

@@ -140,9 +140,12 @@ def test_async_driver_retries_and_times_out(tmp_path: Path) -> None:
                 await asyncio.sleep(30)
             return {"answer": "a"}
 
-    engine, caches, _ = make_engine(AsyncSystem(), tmp_path, retries=1, backoff_s=0.0, timeout_s=0.3)
+    # the case that must finish does so under a deadline a loaded machine cannot miss; the one that must
+    # time out has a short one (its stage sleeps 30 s: load only makes it later)
+    engine, caches, _ = make_engine(AsyncSystem(), tmp_path, retries=1, backoff_s=0.0, timeout_s=30.0)
     ok = asyncio.run(_arun(engine, make_case(1)))
     assert ok["error"] is None and ok["attempts"] == 2
+    engine.timeout_s = 0.3
     late = asyncio.run(_arun(engine, make_case(2)))
     assert late["error"]["reason"] == "timeout" and late["output"] is None
     assert caches.get("execution", execution_key(SYSCONF, make_case(2).input)) is None
@@ -348,17 +351,19 @@ class System:
 
 def test_timed_out_case_fails_its_item_as_missing_with_reason_timeout(pytester: pytest.Pytester) -> None:
     module = f"slowsys_{uuid.uuid4().hex[:8]}"
-    write_project(pytester.path, module, TIMEOUT_SYSTEM, 3, "timeout_s: 0.5\nconcurrency: 3\n")
+    # every case has the same deadline: 3 s leaves the two instant cases (stages and cache writes) ample
+    # time on a loaded machine; the third sleeps 5 s
+    write_project(pytester.path, module, TIMEOUT_SYSTEM, 3, "timeout_s: 3.0\nconcurrency: 3\n")
     report = pytester.path / "report.json"
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", f"--oloproof-report={report}")
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["*case 'c001'*", "*did not finish within timeout_s=0.5*"])
+    result.stdout.fnmatch_lines(["*case 'c001'*", "*did not finish within timeout_s=3.0*"])
     record = json.loads(report.read_text())
     by_id = {c["id"]: c for c in record["cases"]}
     assert by_id["c001"]["criteria"]["answer_correct"] == {
         "status": "missing",
         "reason": "timeout",
-        "detail": {"message": "case did not finish within timeout_s=0.5"},
+        "detail": {"message": "case did not finish within timeout_s=3.0"},
     }
     assert record["metrics"]["answer_correct"]["missing_reasons"] == {"timeout": 1}
     assert by_id["c000"]["criteria"]["answer_correct"]["status"] == "observed"

@@ -187,7 +187,9 @@ def _judge_input(i: int) -> EvalInput:
 
 def test_judges_over_http_stop_at_the_budget_with_eight_threads_in_flight() -> None:
     """No request reaches the server past max_judge_calls, however many judges ask at once."""
-    with ScriptedServer([Reply.verdict("pass", usage=openai_usage(50, 5), delay=0.1)]) as server:
+    # the first request is held until a second is in flight: the overlap does not depend on thread start-up
+    reply = Reply.verdict("pass", usage=openai_usage(50, 5), delay=0.1)
+    with ScriptedServer([reply], hold_until_in_flight=2) as server:
         judge = GroundednessJudge(provider=OpenAIProvider(server.base_url, "judge-m", concurrency=8, retries=0))
         budget = usage.Budget(max_judge_calls=7)
 
