@@ -185,10 +185,17 @@ _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
 def _has_non_string_key(value: Any) -> bool:
-    """Whether a mapping key inside `value` is not a string (a scan that builds no paths: the common answer is no)."""
+    """Whether a mapping key inside `value` is not a string (a scan that builds no paths: the common answer is no).
+
+    A container met twice is scanned once, so a value that contains itself ends the scan (JSON then names the cycle).
+    """
     stack = [value]
+    seen: set[int] = set()
     while stack:
         current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
         if isinstance(current, Mapping):
             for k, item in current.items():
                 if type(k) is not str and not isinstance(k, str):
@@ -209,8 +216,12 @@ def non_string_key(value: Any, path: str) -> tuple[str, Any] | None:
     if not _has_non_string_key(value):
         return None
     stack: list[tuple[Any, str]] = [(value, path)]
+    seen: set[int] = set()
     while stack:
         current, where = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
         inner: list[tuple[Any, str]] = []
         if isinstance(current, Mapping):
             for k, item in current.items():

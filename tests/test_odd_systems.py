@@ -59,6 +59,10 @@ def _generate(input, context):
         return types.MappingProxyType({"answer": "ok"})
     if input["mode"] == "big_int":
         return {"answer": "ok", "n": 10**30}
+    if input["mode"] == "cyclic" and not os.environ.get("FIXED"):  # a value that contains itself
+        out = {"answer": "ok", "trace": []}
+        out["trace"].append(out)
+        return out
     if input["mode"] == "int_keys" and not os.environ.get("FIXED"):
         return {"answer": "ok", "by_rank": [{1: "d1"}]}
     if input["mode"] == "edits_metadata":
@@ -109,6 +113,7 @@ BROKEN = {
         ["candidate at position 1: metadata.ranks has the key 7 (int); JSON object keys are strings"],
     ),
     "query_int_key": ("retrieve", "contract_violation", ["retrieve() query: query has the key 1 (int)"]),
+    "cyclic": ("generate", "contract_violation", ["Circular reference"]),
 }
 INTACT = [
     "fine",
