@@ -22,7 +22,7 @@ from typing import Any
 from . import stats
 from .aggregate import slice_value
 from .errors import OloproofError, StoreError
-from .identity import canonical_json, settings_identity, sha256_of
+from .identity import settings_identity, sha256_of
 from .policy import (
     CASES_CHANGED,
     INSUFFICIENT,
@@ -34,6 +34,7 @@ from .policy import (
     LoadedPolicy,
     load_policy,
 )
+from .redaction import redact_obj
 from .store import Store, load_run_file
 from .usage import compare_costs, cost_lines
 
@@ -80,10 +81,7 @@ def same_system_name(candidate_name: Any, baseline_name: Any) -> bool:
     A name taken from an environment variable is stored as `${VAR}` (redaction.py), while the
     session's own run is compared before it is written: both are compared redacted.
     """
-    try:
-        return bool(canonical_json(candidate_name) == canonical_json(baseline_name))
-    except (TypeError, ValueError):
-        return bool(candidate_name == baseline_name)
+    return bool(redact_obj(candidate_name) == redact_obj(baseline_name))
 
 
 def check_comparable(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> None:

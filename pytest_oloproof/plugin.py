@@ -1161,6 +1161,10 @@ class _NotedInterrupts:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        """The handlers from before the block: the signals raise again."""
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
 
@@ -1173,8 +1177,7 @@ class _NotedInterrupts:
     def raised(self) -> Generator[None, None, None]:
         """A stretch where the signals raise KeyboardInterrupt again."""
         try:
-            for signum, handler in self._previous.items():
-                signal.signal(signum, handler)
+            self._restore()
             yield
         finally:
             self.hold()

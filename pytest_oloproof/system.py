@@ -155,9 +155,9 @@ def check_passage(c: Any, where: str, position: int) -> None:
         and type(score) not in (float, int)  # the common case, without the slower abstract-class check
         and (isinstance(score, bool) or not isinstance(score, numbers.Real))
     ):
-        raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {c.score!r}")
-    if c.score is not None and not _finite(c.score):
-        raise ContractError(f"{where}: candidate at position {i} has score {c.score!r}; a finite number is required")
+        raise ContractError(f"{where}: candidate at position {i} has a non-numeric score {score!r}")
+    if score is not None and not _finite(score):
+        raise ContractError(f"{where}: candidate at position {i} has score {score!r}; a finite number is required")
     if c.metadata is not None and not isinstance(c.metadata, Mapping):
         raise ContractError(
             f"{where}: candidate at position {i} has metadata of type {type(c.metadata).__name__}; "
@@ -184,57 +184,44 @@ def check_reranked(result: Any, case_id: str) -> tuple[Passage, ...]:
 _LEAVES = frozenset({str, int, float, bool, type(None)})
 
 
-def _has_non_string_key(value: Any) -> bool:
-    """Whether a mapping key inside `value` is not a string (a scan that builds no paths: the common answer is no).
-
-    A container met twice is scanned once, so a value that contains itself ends the scan (JSON then names the cycle).
-    """
-    stack = [value]
-    seen: set[int] = set()
-    while stack:
-        current = stack.pop()
-        if id(current) in seen:
-            continue
-        seen.add(id(current))
-        if isinstance(current, Mapping):
-            for k, item in current.items():
-                if type(k) is not str and not isinstance(k, str):
-                    return True
-                if type(item) not in _LEAVES:
-                    stack.append(item)
-        elif isinstance(current, (list, tuple)):
-            stack.extend(item for item in current if type(item) not in _LEAVES)
-    return False
-
-
 def non_string_key(value: Any, path: str) -> tuple[str, Any] | None:
     """(where, key) of the first mapping key inside `value` that is not a string, or None.
 
     JSON object keys are strings: `json` writes the key 1 as "1" without a word, so a value read
-    back from the cache or the store would differ from the one the system returned.
+    back from the cache or the store would differ from the one the system returned. One walk, depth
+    first and in order; the path is kept as (parent, step) pairs and spelled only for a key it reports.
+    A container met twice is walked once, so a value that contains itself ends the walk (JSON then
+    names the cycle).
     """
-    if not _has_non_string_key(value):
-        return None
-    stack: list[tuple[Any, str]] = [(value, path)]
+    stack: list[tuple[Any, Any]] = [(value, path)]
     seen: set[int] = set()
     while stack:
         current, where = stack.pop()
         if id(current) in seen:
             continue
         seen.add(id(current))
-        inner: list[tuple[Any, str]] = []
         if isinstance(current, Mapping):
+            children: list[tuple[Any, Any]] = []
             for k, item in current.items():
-                if not isinstance(k, str):
-                    return where, k
-                if isinstance(item, (Mapping, list, tuple)):
-                    inner.append((item, f"{where}.{k}"))
+                if type(k) is not str and not isinstance(k, str):
+                    return _spelled(where), k
+                if type(item) not in _LEAVES:
+                    children.append((item, (where, k)))
         elif isinstance(current, (list, tuple)):
-            inner = [
-                (item, f"{where}[{i}]") for i, item in enumerate(current) if isinstance(item, (Mapping, list, tuple))
-            ]
-        stack.extend(reversed(inner))  # depth first, in order: the first bad key is the one reported
+            children = [(item, (where, i)) for i, item in enumerate(current) if type(item) not in _LEAVES]
+        else:
+            continue
+        stack.extend(reversed(children))
     return None
+
+
+def _spelled(where: Any) -> str:
+    """A path kept as nested (parent, step) pairs, spelled `output.by_rank[0]` (an int step is a list index)."""
+    steps = []
+    while isinstance(where, tuple):
+        where, step = where
+        steps.append(f"[{step}]" if isinstance(step, int) else f".{step}")
+    return str(where) + "".join(reversed(steps))
 
 
 def check_string_keys(value: Any, what: str, path: str, *, stage: str | None = None) -> None:

@@ -51,10 +51,24 @@ def runs(pytester: pytest.Pytester) -> list[str]:
     return Store(pytester.path / ".oloproof").run_ids()
 
 
-def test_block_exits_3_even_when_every_case_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    project(pytester, "gate_sys_all_a", passing=N_CASES)
+def first_run(pytester: pytest.Pytester) -> str:
+    """Run the project as it stands (it must pass) and return its run id, the baseline; forget the calls it logged."""
     assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
     (baseline,) = runs(pytester)
+    (pytester.path / "calls.log").unlink(missing_ok=True)
+    return baseline
+
+
+def gated(pytester: pytest.Pytester, baseline: str) -> pytest.RunResult:
+    """The CI form against `baseline` with compare.yaml."""
+    return pytester.runpytest(
+        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
+    )
+
+
+def test_block_exits_3_even_when_every_case_passes(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    project(pytester, "gate_sys_all_a", passing=N_CASES)
+    baseline = first_run(pytester)
     project(pytester, "gate_sys_all_b", passing=N_CASES)
     policy(pytester, NOT_WORSE)
     summary = pytester.path / "step_summary.md"
@@ -116,13 +130,10 @@ def test_pass_exits_0_even_when_cases_fail_with_a_json_baseline(pytester: pytest
 
 def test_regression_fails_the_gate(pytester: pytest.Pytester) -> None:
     project(pytester, "gate_sys_reg_a", passing=N_CASES)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     project(pytester, "gate_sys_reg_b", passing=10)
     policy(pytester, NOT_WORSE)
-    result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
-    )
+    result = gated(pytester, baseline)
     assert result.ret == 3
     result.stdout.fnmatch_lines(
         ["  not-worse  ok  non-inferiority, margin 5.0 points  FAIL  upper_bound_below_minus_margin", "Gate: BLOCK*"]
@@ -131,8 +142,7 @@ def test_regression_fails_the_gate(pytester: pytest.Pytester) -> None:
 
 def test_baseline_without_policy_prints_the_comparison_and_keeps_pytest_status(pytester: pytest.Pytester) -> None:
     project(pytester, "gate_sys_nopol_a", passing=N_CASES)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     project(pytester, "gate_sys_nopol_b", passing=39)
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline)
     assert result.ret == 1  # pytest's own status: one case failed
@@ -163,8 +173,7 @@ def test_baseline_without_policy_prints_the_comparison_and_keeps_pytest_status(p
 )
 def test_bad_gate_options_exit_2_before_any_case_runs(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     project(pytester, "gate_sys_bad_a", passing=3, n=3)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     policy(pytester, NOT_WORSE)
     pytester.makefile(".yaml", bad=NOT_WORSE.replace("min_pairs", "min_pair"))
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", *[baseline if a == "BASE" else a for a in args])
@@ -178,12 +187,9 @@ def test_bad_gate_options_exit_2_before_any_case_runs(pytester: pytest.Pytester,
 def test_criterion_missing_from_the_new_run_exits_2(pytester: pytest.Pytester) -> None:
     """A decision's criterion neither run records: known from the baseline before any case runs."""
     project(pytester, "gate_sys_crit_a", passing=3, n=3)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: okay"))
-    result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
-    )
+    result = gated(pytester, baseline)
     assert result.ret == 2
     result.stderr.fnmatch_lines(
         [
@@ -248,14 +254,10 @@ def test_policy_criterion_only_the_baseline_records_exits_2_before_any_case_runs
 ) -> None:
     """The baseline records `exact`, this run's evaluators do not: no case may run (the prefetcher waits too)."""
     logged_project(pytester, f"gate_sys_only_base_a{concurrency}", extra=EXTRA_CRITERION)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
-    (pytester.path / "calls.log").unlink()
+    baseline = first_run(pytester)
     logged_project(pytester, f"gate_sys_only_base_b{concurrency}", settings=f"concurrency: {concurrency}\n")
     policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: exact"))
-    result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
-    )
+    result = gated(pytester, baseline)
     assert result.ret == 2, result.stdout.str()
     result.stdout.fnmatch_lines(
         [
@@ -275,14 +277,11 @@ def test_policy_criterion_from_a_conftest_evaluator_fixture_gates_the_run(
 ) -> None:
     """Legal: a decision on a criterion oloproof.yaml does not configure but a conftest.py fixture adds."""
     logged_project(pytester, f"gate_sys_fixture_a{concurrency}", extra=EXTRA_CRITERION)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     logged_project(pytester, f"gate_sys_fixture_b{concurrency}", settings=f"concurrency: {concurrency}\n")
     pytester.makeconftest(EXACT_CONFTEST)
     policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: exact").replace("margin: 5", "margin: 50"))
-    result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
-    )
+    result = gated(pytester, baseline)
     result.assert_outcomes(passed=12)
     assert result.ret == 0, result.stdout.str()
     result.stdout.fnmatch_lines(["  not-worse  exact  non-inferiority, margin 50.0 points  PASS  *", "Gate: PASS*"])
@@ -294,8 +293,7 @@ def test_under_xdist_a_policy_criterion_the_workers_lack_is_still_found_after_th
 ) -> None:
     """Under xdist only the workers resolve the evaluator fixtures: the check stays after the run, with exit 2."""
     logged_project(pytester, "gate_sys_xdist_a", extra=EXTRA_CRITERION)
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     logged_project(pytester, "gate_sys_xdist_b")
     policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: exact"))
     result = pytester.runpytest_subprocess(
@@ -317,16 +315,12 @@ def test_under_xdist_a_policy_criterion_the_workers_lack_is_still_found_after_th
 
 def test_policy_against_a_baseline_of_another_system_exits_2_before_any_case_runs(pytester: pytest.Pytester) -> None:
     logged_project(pytester, "gate_sys_other_a")
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
-    (pytester.path / "calls.log").unlink()
+    baseline = first_run(pytester)
     logged_project(pytester, "gate_sys_other_b")
     cfg = pytester.path / "oloproof.yaml"
     cfg.write_text(cfg.read_text().replace("name: toy-gate", "name: toy-other"))
     policy(pytester, NOT_WORSE)
-    result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
-    )
+    result = gated(pytester, baseline)
     assert result.ret == 2
     result.stdout.fnmatch_lines(
         [
@@ -344,9 +338,7 @@ def test_oloproof_run_with_a_policy_checks_its_criteria_before_any_case_runs(pyt
     import sys
 
     logged_project(pytester, "gate_sys_cli_a")
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
-    (pytester.path / "calls.log").unlink()
+    baseline = first_run(pytester)
     policy(pytester, NOT_WORSE.replace("criterion: ok", "criterion: okk"))
     gate = ["--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"]
     proc = subprocess.run(
@@ -371,11 +363,8 @@ def test_a_system_named_from_an_environment_variable_is_compared_with_its_own_ba
     logged_project(pytester, "gate_sys_env_a")
     cfg = pytester.path / "oloproof.yaml"
     cfg.write_text(cfg.read_text().replace("name: toy-gate", "name: ${OLOPROOF_GATE_NAME}"))
-    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
-    (baseline,) = runs(pytester)
+    baseline = first_run(pytester)
     policy(pytester, NOT_WORSE.replace("margin: 5", "margin: 50"))
-    result = pytester.runpytest(
-        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline, "--oloproof-policy", "compare.yaml"
-    )
+    result = gated(pytester, baseline)
     assert result.ret == 0, result.stdout.str() + result.stderr.str()
     result.stdout.fnmatch_lines(["Gate: PASS (exit 0)"])
