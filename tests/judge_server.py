@@ -116,23 +116,15 @@ class ScriptedServer:
 
     def wait_for_requests(self, n: int, timeout_s: float = PATIENCE_S) -> int:
         """Wait until the server has read `n` requests (or `timeout_s` passed); return how many it read."""
-        deadline = time.monotonic() + timeout_s
         with self._changed:
-            while len(self.requests) < n and not self._stop.is_set():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._changed.wait(left)
+            self._changed.wait_for(lambda: len(self.requests) >= n or self._stop.is_set(), timeout_s)
             return len(self.requests)
 
     def _hold(self) -> None:
         """Hold a request until `hold_until_in_flight` requests were in flight together once (lock held)."""
-        deadline = time.monotonic() + self.PATIENCE_S
-        while self.max_in_flight < self.hold_until_in_flight and not self._stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            self._changed.wait(left)
+        self._changed.wait_for(
+            lambda: self.max_in_flight >= self.hold_until_in_flight or self._stop.is_set(), self.PATIENCE_S
+        )
 
     def close(self) -> None:
         self._stop.set()
