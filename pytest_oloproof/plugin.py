@@ -25,7 +25,7 @@ import pytest
 
 from . import redaction
 from .cache import CacheMode, parse_mode
-from .errors import OloproofError
+from .errors import OloproofError, WriteError
 from .options import parse_positive_int
 from .redaction import redact
 from .report.junit import junit_value
@@ -532,8 +532,6 @@ class OloproofPlugin:
         self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + result.lines
         if result.measured_nothing and int(session.exitstatus) == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # nothing was diagnosed: never a success
-        from .errors import WriteError
-
         try:
             report_path = self.config.getoption("oloproof_report")
             if report_path:
@@ -591,7 +589,6 @@ class OloproofPlugin:
         """
         if self._loaded_config is None or self.config.getoption("collectonly", False):
             return
-        from .errors import WriteError
         from .store import Store
 
         try:
@@ -885,8 +882,6 @@ class OloproofPlugin:
 
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
         _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
-        from .errors import WriteError
-
         try:
             self.recorder.add(rec)
         except WriteError as exc:  # a full disk, a read-only store: stop cleanly, keeping what was recorded
@@ -944,16 +939,12 @@ class OloproofPlugin:
         elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR or self.start_failed:
             session.exitstatus = EXIT_USAGE  # an Oloproof collection error is a usage error, also under xdist
         if self.diagnoser is not None:
-            from .errors import WriteError
-
             try:
                 self._finish_diagnosis(session, exitstatus)
             except WriteError as exc:  # the diagnosis could not be stored (a full disk, a read-only store)
                 self.summary_lines = [*self.summary_lines, f"error: {exc}"]
                 session.exitstatus = EXIT_USAGE
             return
-        from .errors import WriteError
-
         if self.store_error is None:
             try:
                 self._record_unrecorded(session)
