@@ -164,6 +164,7 @@ class Caches:
         self._hold: tuple[int, float] | None = None  # (max entries, max seconds) while holding writes
         self._known: set[int] | None = None  # hash() of every key in the cache, while tracked
         self.aside: Path | None = None  # where `clear` moved an unreadable cache, when it did
+        self.write_failure: str | None = None  # why writes stopped during the session, when they did
 
     @property
     def mode(self) -> CacheMode:
@@ -277,7 +278,11 @@ class Caches:
                     self._pending_since = time.monotonic()
                 self._pending[full] = text
                 return True
-        self._open().set(full, text, retry=True)
+        try:
+            self._open().set(full, text, retry=True)
+        except Exception as exc:
+            self._write_failed(exc)
+            return False
         return True
 
     def _exists(self, full: str) -> bool:
@@ -326,9 +331,24 @@ class Caches:
             if not self._pending:
                 return
             group = self._pending
-            write_group(self._open(), group)
-            # readable from memory until committed, then from the cache; on an error they stay pending
+            try:
+                write_group(self._open(), group)
+            except Exception as exc:
+                self._write_failed(exc)
+                return
+            self._pending = {}  # readable from memory until committed, then from the cache
+
+    def _write_failed(self, exc: BaseException) -> None:
+        """A write the cache refused (a full disk, a read-only folder): no more writes this session, no case fails.
+
+        The entries not committed are dropped, so their stages are misses next time, never wrong
+        values; `write_failure` says why, for the session's summary.
+        """
+        with self._lock:
+            if self.write_failure is None:
+                self.write_failure = f"{type(exc).__name__}: {exc}"
             self._pending = {}
+            self._writes = False
 
     def unusable(self) -> str | None:
         """Why this cache cannot be used (None when it can): opened and read once, nothing written."""

@@ -920,6 +920,11 @@ class OloproofPlugin:
                 caches = self.evaluation.caches
                 try:
                     caches.flush()  # held cache writes, before anything else may read them
+                    if caches.write_failure is not None:
+                        self.summary_lines.append(
+                            f"warning: the cache at {self.evaluation.store.cache_dir} stopped taking writes "
+                            f"({caches.write_failure}); the stages after that are not cached"
+                        )
                 except Exception as exc:  # the run is recorded; only later runs' reuse of these entries is lost
                     from .cache import clear_command
 

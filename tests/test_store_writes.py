@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from staged_helpers import case, rag_project
 
+from pytest_oloproof.cache import Caches
 from pytest_oloproof.errors import WriteError
 from pytest_oloproof.store import Store, atomic_write_text, new_run_id
 
@@ -190,6 +191,7 @@ def test_a_disk_filling_mid_run_stops_the_run_cleanly_keeping_every_recorded_cas
     assert "INTERNALERROR" not in out and "Traceback" not in out, out
     assert f"the store {store} cannot be written (No space left on device" in out
     assert "the 3 case(s) recorded before that are kept in" in out
+    assert f"the cache at {store / 'cache'} stopped taking writes (" in out
     assert "(complete" not in out
     assert generated(pytester) == ["c0", "c1", "c2", "c3"]  # the run stopped: no case started after that
     [run_dir] = (store / "runs").iterdir()
@@ -208,6 +210,24 @@ def test_a_run_folder_whose_header_cannot_be_written_is_not_left_behind(tmpfs: C
     assert list((disk / "store" / "runs").iterdir()) == []
     with pytest.raises(WriteError, match=r"cannot be written \(No space left on device\)"):
         store.check_writable()
+
+
+def test_a_cache_the_disk_stops_taking_turns_writes_off_and_fails_nothing(tmpfs: Callable[[str], Path]) -> None:
+    disk = tmpfs("1m")
+    caches = Caches(disk / "cache")
+    caches.hold_writes()
+    assert caches.put("generate", "before", {"output": "x"})
+    caches.flush()
+    fill(disk)
+    with caches.batch():
+        for i in range(200):  # more than the database's free pages can take
+            caches.put("generate", f"k{i}", {"output": "y" * 2000})
+    caches.flush()  # no exception: the cache's own failure costs only the cache
+    assert caches.write_failure is not None and "full" in caches.write_failure
+    assert caches.put("generate", "after", {"output": "z"}) is False
+    assert caches.get("generate", "before") == {"output": "x"}  # what was committed stays readable
+    assert caches.get("generate", "k0") is None  # a miss, never a wrong value
+    caches.close()
 
 
 # ------------------------------------------------------------------ §9 the store deleted during the run
