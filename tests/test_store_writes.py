@@ -158,6 +158,7 @@ def test_a_full_disk_stops_the_run_before_any_case_runs(
     assert not any((store / "runs").iterdir())  # and no run folder, empty or not, was left
 
 
+@pytest.mark.slow
 def test_a_read_only_store_stops_the_run_before_any_case_runs_and_keeps_its_runs(
     pytester: pytest.Pytester, read_only: Callable[[Path], None]
 ) -> None:
@@ -273,6 +274,7 @@ def test_a_writer_whose_cases_file_was_replaced_writes_no_run_json(tmp_path: Pat
 # ------------------------------------------------------------------ §7 `report` onto a full disk
 
 
+@pytest.mark.slow
 def test_report_onto_a_full_disk_exits_2_naming_the_file_and_the_cause(
     pytester: pytest.Pytester, tmpfs: Callable[[str], Path]
 ) -> None:
@@ -302,6 +304,7 @@ def _special(kind: str, path: Path) -> None:
         pytest.skip(f"cannot make a character device here: {exc}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "chardev"])
 def test_no_output_option_replaces_a_fifo_or_a_device(pytester: pytest.Pytester, kind: str) -> None:
     project(pytester, pytester.path / "store", [case("c0")])
@@ -323,6 +326,7 @@ def test_no_output_option_replaces_a_fifo_or_a_device(pytester: pytest.Pytester,
     assert is_kind(os.lstat(special).st_mode)  # still what it was
 
 
+@pytest.mark.slow
 def test_an_output_path_under_a_regular_file_exits_2(pytester: pytest.Pytester) -> None:
     project(pytester, pytester.path / "store", [case("c0")])
     assert run(pytester.path)[0] == 0
@@ -348,6 +352,7 @@ def test_an_atomic_write_never_replaces_a_fifo(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ §8 cache clear deletes nothing
 
 
+@pytest.mark.slow
 def test_cache_clear_on_a_read_only_cache_deletes_nothing_and_exits_2(
     pytester: pytest.Pytester, read_only: Callable[[Path], None], mounts: list[Path]
 ) -> None:
