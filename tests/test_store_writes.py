@@ -96,7 +96,8 @@ def mounts() -> Iterator[list[Path]]:
     done: list[Path] = []
     yield done
     for point in reversed(done):
-        subprocess.run(["umount", str(point)], capture_output=True)
+        # lazily: a file a failed test left open must not leave the mount behind
+        subprocess.run(["umount", "--lazy", str(point)], capture_output=True)
 
 
 @pytest.fixture
