@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import shutil
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -43,6 +43,19 @@ class CacheMode(str, Enum):
 
 class CacheUnusable(OloproofError):
     """The cache folder cannot be opened or read (e.g. a corrupt cache.db): exit 2, with the fix."""
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be created in `folder` (a read-only mount, no permission), or None: tried, not guessed."""
+    import tempfile
+
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".oloproof-probe.", dir=folder)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    os.close(fd)
+    os.unlink(probe)
+    return None
 
 
 def clear_command(directory: Path) -> str:
@@ -150,6 +163,8 @@ class Caches:
         self._pending_since = 0.0
         self._hold: tuple[int, float] | None = None  # (max entries, max seconds) while holding writes
         self._known: set[int] | None = None  # hash() of every key in the cache, while tracked
+        self.aside: Path | None = None  # where `clear` moved an unreadable cache, when it did
+        self.write_failure: str | None = None  # why writes stopped during the session, when they did
 
     @property
     def mode(self) -> CacheMode:
@@ -263,7 +278,11 @@ class Caches:
                     self._pending_since = time.monotonic()
                 self._pending[full] = text
                 return True
-        self._open().set(full, text, retry=True)
+        try:
+            self._open().set(full, text, retry=True)
+        except Exception as exc:
+            self._write_failed(exc)
+            return False
         return True
 
     def _exists(self, full: str) -> bool:
@@ -312,9 +331,24 @@ class Caches:
             if not self._pending:
                 return
             group = self._pending
-            write_group(self._open(), group)
-            # readable from memory until committed, then from the cache; on an error they stay pending
+            try:
+                write_group(self._open(), group)
+            except Exception as exc:
+                self._write_failed(exc)
+                return
+            self._pending = {}  # readable from memory until committed, then from the cache
+
+    def _write_failed(self, exc: BaseException) -> None:
+        """A write the cache refused (a full disk, a read-only folder): no more writes this session, no case fails.
+
+        The entries not committed are dropped, so their stages are misses next time, never wrong
+        values; `write_failure` says why, for the session's summary.
+        """
+        with self._lock:
+            if self.write_failure is None:
+                self.write_failure = f"{type(exc).__name__}: {exc}"
             self._pending = {}
+            self._writes = False
 
     def unusable(self) -> str | None:
         """Why this cache cannot be used (None when it can): opened and read once, nothing written."""
@@ -368,39 +402,63 @@ class Caches:
         return counts
 
     def clear(self) -> int | None:
-        """Remove every entry; the number removed, or None when the cache was unreadable and was recreated.
+        """Remove every entry (diskcache's own `clear`); the number removed, or None when it was set aside.
 
-        Whatever state the folder is in (a corrupt cache.db, a file in its place),
-        it is left a working, empty cache.
+        Nothing is ever deleted wholesale. A cache whose folder cannot be written (a read-only
+        mount, another user's files) or whose clearing fails for any reason but corruption is
+        left exactly as it was: CacheUnusable names the folder and the cause (exit 2). Only a
+        cache SQLite cannot read (a corrupt cache.db), or a file standing where the folder goes,
+        is moved aside (see `set_aside`) and an empty cache made in its place.
         """
-        if self.directory is None or not Path(self.directory).exists():
-            return 0
-        try:
-            if not Path(self.directory).is_dir():
-                raise NotADirectoryError(str(self.directory))
-            self.flush()
-            with self._lock:
-                if self._known is not None:
-                    self._known.clear()
-            return int(self._open().clear())
-        except Exception:
-            self._discard()
-            self.recreate()
-            return None
+        import sqlite3
 
-    def recreate(self) -> None:
-        """Remove the cache folder (or a file in its place) and create an empty cache there."""
+        if self.directory is None or not (Path(self.directory).exists() or Path(self.directory).is_symlink()):
+            return 0
+        path = Path(self.directory)
+        problem = _unwritable(path if path.is_dir() else path.parent)
+        if problem is not None:
+            raise CacheUnusable(f"cannot clear the cache at {path}: {problem}; nothing was deleted")
+        if path.is_dir():
+            try:
+                self.flush()
+                with self._lock:
+                    if self._known is not None:
+                        self._known.clear()
+                return int(self._open().clear(retry=True))
+            except Exception as exc:
+                self._discard()
+                corrupt = isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
+                if not corrupt:  # readonly, locked, disk full, ...: not a reason to touch the files
+                    raise CacheUnusable(
+                        f"cannot clear the cache at {path} ({type(exc).__name__}: {exc}); nothing was deleted"
+                    ) from None
+        self.aside = self.set_aside()
+        return None
+
+    def set_aside(self) -> Path:
+        """Move the unreadable cache folder (or a file in its place) aside and make an empty cache; returns where.
+
+        Renamed, never deleted: it may be the only copy of results someone wants to look at. The
+        new name is beside it, `cache.unreadable-<UTC time>`; delete it once it is not needed.
+        """
         assert self.directory is not None
         path = Path(self.directory)
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        aside = path.with_name(f"{path.name}.unreadable-{stamp}")
+        n = 1
+        while aside.exists() or aside.is_symlink():
+            n += 1
+            aside = path.with_name(f"{path.name}.unreadable-{stamp}-{n}")
         with self._lock:
             self._pending = {}
             if self._known is not None:
                 self._known.clear()
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-            open_diskcache(path).close()
+            try:
+                os.rename(path, aside)
+                open_diskcache(path).close()
+            except OSError as exc:
+                raise CacheUnusable(f"cannot reset the cache at {path} ({exc.strerror or exc})") from None
+        return aside
 
     def close(self) -> None:
         """Commit held writes and close the cache."""

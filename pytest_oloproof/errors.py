@@ -40,5 +40,13 @@ class StoreError(OloproofError):
     """Unknown or unreadable ids in the store: exit 2."""
 
 
+class WriteError(OloproofError, OSError):
+    """A file Oloproof must write cannot be written (a full disk, a read-only folder, a FIFO in the way): exit 2.
+
+    The message names the path (or the store) and the cause. Also an OSError, so code that
+    tolerates a failed write of something optional (an HTML page) goes on catching it.
+    """
+
+
 class Transient(Exception):
     """Raise (or subclass) this from a stage to ask Oloproof to retry the case (`retries`)."""

@@ -25,7 +25,7 @@ import pytest
 
 from . import redaction
 from .cache import CacheMode, parse_mode
-from .errors import OloproofError
+from .errors import OloproofError, WriteError
 from .options import parse_positive_int
 from .redaction import redact
 from .report.junit import junit_value
@@ -303,6 +303,8 @@ class OloproofPlugin:
         self._deferred_cases: list[Case] | None = None  # the prefetcher's cases, until that check has passed
         self.summary_lines: list[str] = []
         self.cache_notice: str | None = None  # the cache could not be used (shown once, in the summary)
+        self.store_error: OloproofError | None = None  # the store refused a write of the run: the session stops
+        self._session: pytest.Session | None = None
         self.diagnoser: Any = None  # a diagnose.Diagnoser when --oloproof-diagnose is given
         self.diagnosis_notes: list[str] = []
         self._register_default_fixtures()
@@ -530,17 +532,21 @@ class OloproofPlugin:
         self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + result.lines
         if result.measured_nothing and int(session.exitstatus) == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # nothing was diagnosed: never a success
-        report_path = self.config.getoption("oloproof_report")
-        if report_path:
-            from .store import write_json
+        try:
+            report_path = self.config.getoption("oloproof_report")
+            if report_path:
+                from .store import write_json
 
-            write_json(Path(report_path), result.to_json())
-        html_path = self.config.getoption("oloproof_html")
-        if html_path and result.doc_id is not None:
-            from .report.html import render_page, write_page
-            from .report.model import diagnosis_view
+                write_json(Path(report_path), result.to_json())
+            html_path = self.config.getoption("oloproof_html")
+            if html_path and result.doc_id is not None:
+                from .report.html import render_page, write_page
+                from .report.model import diagnosis_view
 
-            write_page(Path(html_path), render_page(diagnosis_view(result.doc, result.doc_id)))
+                write_page(Path(html_path), render_page(diagnosis_view(result.doc, result.doc_id)))
+        except WriteError as exc:
+            self.summary_lines.append(f"error: the report was not written: {exc}")
+            session.exitstatus = EXIT_USAGE
 
     # -- running
 
@@ -548,11 +554,18 @@ class OloproofPlugin:
         if self.config_error is not None and not self.is_worker:
             pytest.exit(redact(f"Oloproof cannot start: {self.config_error}"), returncode=EXIT_USAGE)
         if not self.is_worker:
+            self._session = session
             self._check_report_paths()
+            self._check_store()
             self._prepare_gate()
 
     def _check_report_paths(self) -> None:
-        """--oloproof-report and --oloproof-html must name files that can be written: checked before any case runs."""
+        """--oloproof-report and --oloproof-html must name files that can be written: checked before any case runs.
+
+        A new path or a regular file; never a folder, a FIFO or a device (which a report would replace).
+        """
+        from .store import output_problem
+
         for option in ("oloproof_report", "oloproof_html"):
             value = self.config.getoption(option)
             if not value:
@@ -564,11 +577,24 @@ class OloproofPlugin:
                 example = Path(value) / ("report.html" if option == "oloproof_html" else "report.json")
                 problem = f"{value} is a folder; give the file to write, e.g. {example}"
             else:
-                parent = next((p for p in path.parents if p.exists()), None)
-                if parent is not None and not parent.is_dir():
-                    problem = f"{value}: {parent} is a file, so nothing can be written under it"
+                reason = output_problem(path)
+                problem = f"cannot write {value}: {reason}" if reason is not None else None
             if problem is not None:
                 pytest.exit(redact(f"Oloproof cannot start: {flag}: {problem}"), returncode=EXIT_USAGE)
+
+    def _check_store(self) -> None:
+        """The store can be created and written (a probe write), before any case runs: exit 2 naming it if not.
+
+        Not for --collect-only, which writes nothing; a config that did not load is reported at collection.
+        """
+        if self._loaded_config is None or self.config.getoption("collectonly", False):
+            return
+        from .store import Store
+
+        try:
+            Store(self._loaded_config.store_dir).check_writable()
+        except WriteError as exc:
+            pytest.exit(redact(f"Oloproof cannot start: {exc}"), returncode=EXIT_USAGE)
 
     def _prepare_gate(self) -> None:
         """Validate --oloproof-baseline/--oloproof-policy before any case runs (exit 2 when wrong)."""
@@ -846,6 +872,8 @@ class OloproofPlugin:
         rec = getattr(report, "oloproof_case", None)
         if rec is None or self.is_worker or report.when != "call":
             return
+        if self.store_error is not None:
+            return  # the store refused a write: the session is stopping, nothing more is recorded
         if self.recorder is None:
             ev = self._controller_evaluation()
             if ev is None:
@@ -854,7 +882,11 @@ class OloproofPlugin:
 
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
         _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
-        self.recorder.add(rec)
+        try:
+            self.recorder.add(rec)
+        except WriteError as exc:  # a full disk, a read-only store: stop cleanly, keeping what was recorded
+            self._stop_on_store_error(exc)
+            return
         if self.run_gate is not None:
             self.run_gate.forget(rec["id"])
         del report.oloproof_case  # recorded in the store; pytest keeps every report until the session ends
@@ -888,6 +920,11 @@ class OloproofPlugin:
                 caches = self.evaluation.caches
                 try:
                     caches.flush()  # held cache writes, before anything else may read them
+                    if caches.write_failure is not None:
+                        self.summary_lines.append(
+                            f"warning: the cache at {self.evaluation.store.cache_dir} stopped taking writes "
+                            f"({caches.write_failure}); the stages after that are not cached"
+                        )
                 except Exception as exc:  # the run is recorded; only later runs' reuse of these entries is lost
                     from .cache import clear_command
 
@@ -907,18 +944,34 @@ class OloproofPlugin:
         elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR or self.start_failed:
             session.exitstatus = EXIT_USAGE  # an Oloproof collection error is a usage error, also under xdist
         if self.diagnoser is not None:
-            self._finish_diagnosis(session, exitstatus)
+            try:
+                self._finish_diagnosis(session, exitstatus)
+            except WriteError as exc:  # the diagnosis could not be stored (a full disk, a read-only store)
+                self.summary_lines = [*self.summary_lines, f"error: {exc}"]
+                session.exitstatus = EXIT_USAGE
             return
-        self._record_unrecorded(session)
+        if self.store_error is None:
+            try:
+                self._record_unrecorded(session)
+            except WriteError as exc:
+                self.store_error = exc
+        if self.store_error is not None:  # run.json keeps saying incomplete; cases.jsonl what was recorded
+            self._report_store_error(session)
+            return
         if self.recorder is None:
             return
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         complete = not interrupted and len(self.recorder.cases) >= self.items_selected
         # the evaluators actually used (conftest overrides and additions), so the run
         # record and its metrics describe what ran, not only what was configured
-        record = self.recorder.finish(
-            "complete" if complete else "incomplete", {"evaluators": self.recorder.header["evaluators"]}
-        )
+        try:
+            record = self.recorder.finish(
+                "complete" if complete else "incomplete", {"evaluators": self.recorder.header["evaluators"]}
+            )
+        except WriteError as exc:  # a full disk at the end, or the run's record deleted during the run
+            self.store_error = exc
+            self._report_store_error(session)
+            return
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
@@ -926,8 +979,13 @@ class OloproofPlugin:
 
         self.summary_lines = run_summary(record, store_root=store_root)
         report_path = self.config.getoption("oloproof_report")
+        report_failed = False
         if report_path:
-            self.recorder.write_report(Path(report_path), record)
+            try:
+                self.recorder.write_report(Path(report_path), record)
+            except WriteError as exc:  # the run is recorded in the store; the report asked for is not written
+                self.summary_lines.append(f"error: the JSON report was not written: {exc}")
+                report_failed = True
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:
@@ -941,6 +999,32 @@ class OloproofPlugin:
             self._write_html(Path(html_path), record)
         if self.gate_exit is not None:
             session.exitstatus = self.gate_exit
+        if report_failed and session.exitstatus != EXIT_BLOCK:
+            session.exitstatus = EXIT_USAGE
+
+    def _stop_on_store_error(self, exc: OloproofError) -> None:
+        """The store refused a write of the run (a full disk, a read-only folder): no further case starts."""
+        self.store_error = exc
+        if self._session is not None:
+            self._session.shouldstop = redact(f"oloproof: {exc}")
+
+    def _report_store_error(self, session: pytest.Session) -> None:
+        """Say what the store refused and what of the run is kept; exit 2 (no report, no gate: there is no record)."""
+        recorder = self.recorder
+        lines = [f"error: {self.store_error}"]
+        kept = recorder is not None and (recorder.store.run_dir(recorder.run_id) / "cases.jsonl").is_file()
+        if recorder is not None and kept and "was lost" not in str(self.store_error):
+            lines.append(
+                f"the run stopped: the {len(recorder.cases)} case(s) recorded before that are kept in "
+                f"{recorder.store.run_dir(recorder.run_id)} (an incomplete run); free space or fix the store, "
+                "then run again"
+            )
+        elif not kept:
+            lines.append("the run stopped; nothing of it is stored")
+        if self.config.getoption("oloproof_report") or self.config.getoption("oloproof_html"):
+            lines.append("no report was written: the run has no record to report")
+        self.summary_lines = lines
+        session.exitstatus = EXIT_USAGE
 
     def _write_html(self, path: Path, record: dict[str, Any]) -> None:
         """The run's HTML page, with the session's comparison when there was one."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -14,7 +16,7 @@ from typing import Any, TextIO
 from ulid import ULID
 
 from . import fastjson
-from .errors import StoreError
+from .errors import StoreError, WriteError
 from .identity import canonical_json, sha256_of
 from .redaction import redact
 
@@ -27,22 +29,75 @@ KIND_DIRS = {
 }
 
 
+def _cause(exc: OSError, *, besides: str | None = None) -> str:
+    """What the OS said went wrong (`No space left on device`), with the file it names unless that is `besides`."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    if exc.filename and exc.strerror and str(exc.filename) != besides:
+        cause += f": {exc.filename}"
+    return cause
+
+
+def output_problem(path: Path) -> str | None:
+    """Why nothing can be written at `path` (None when it can): only a regular file is replaced, or a new one made.
+
+    A FIFO, a device or a socket is never replaced by a file (as root, `/dev/null` would be), and a
+    folder never emptied; a path under a regular file cannot exist.
+    """
+    try:
+        mode = os.stat(path).st_mode  # through a symlink: what it points to counts
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        above = next((p for p in Path(path).parents if p.exists() and not p.is_dir()), None)
+        return f"{above or 'a folder above it'} is a file, so nothing can be written under it"
+    except OSError as exc:
+        return f"it cannot be looked at ({_cause(exc, besides=str(path))})"
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "it is a folder"
+    kind = (
+        "a FIFO"
+        if stat.S_ISFIFO(mode)
+        else "a character device"
+        if stat.S_ISCHR(mode)
+        else "a block device"
+        if stat.S_ISBLK(mode)
+        else "a socket"
+        if stat.S_ISSOCK(mode)
+        else "not a regular file"
+    )
+    return f"it is {kind}; only a regular file is replaced (or a new file created)"
+
+
 @contextmanager
 def atomic_file(path: Path) -> Iterator[TextIO]:
-    """A whole file or nothing: write to a temp file in the same folder, fsync, then rename over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """A whole file or nothing: write to a temp file in the same folder, fsync, then rename over `path`.
+
+    Only a regular file (or nothing) at `path` is replaced; WriteError (exit 2) names the path and
+    the cause when it cannot be written (a full disk, a read-only folder, a FIFO in its place).
+    """
+    problem = output_problem(path)
+    if problem is not None:
+        raise WriteError(f"cannot write {path}: {problem}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {_cause(exc)}") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError) and not isinstance(exc, WriteError):
+            raise WriteError(f"cannot write {path}: {_cause(exc, besides=tmp)}") from exc
         raise
 
 
@@ -87,29 +142,70 @@ class RunWriter:
 
     Cases go to cases.jsonl one line at a time (never a rewrite of the whole
     file), so a run of many cases stays linear and an interrupted run keeps
-    every case that finished.
+    every case that finished. A write the store refuses (a full disk, a read-only
+    folder) is a WriteError naming the store and the cause; what was written stays.
     """
 
     def __init__(self, directory: Path, header: Mapping[str, Any]) -> None:
         self.directory = directory
         self.header = dict(header)
-        directory.mkdir(parents=True, exist_ok=False)
+        self.store_root = directory.parent.parent
         self._path = directory / "cases.jsonl"
-        self._cases: TextIO = open(self._path, "a", encoding="utf-8")
         self._bytes = 0  # what this writer wrote to cases.jsonl (a new file), in bytes
-        self._intact = True  # no write of a line failed part-way
-        write_json(directory / "run.json", {**self.header, "status": "incomplete"})
+        self._count = 0  # case lines written whole
+        self._intact = True  # no write of a line was interrupted part-way
+        self._failure: WriteError | None = None  # the write the disk refused; nothing is appended after it
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+        except OSError as exc:
+            raise self._error(exc, directory) from exc
+        try:
+            self._cases: TextIO = open(self._path, "a", encoding="utf-8")
+            write_json(directory / "run.json", {**self.header, "status": "incomplete"})
+        except BaseException as exc:  # an empty run folder is not a run: nothing of it is left
+            if getattr(self, "_cases", None) is not None:
+                self._discard_quietly()
+            for leftover in (self._path, directory / "run.json"):
+                with contextlib.suppress(OSError):
+                    leftover.unlink()
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+            if isinstance(exc, OSError):
+                raise self._error(exc, directory / "run.json") from exc
+            raise
+
+    def _error(self, exc: OSError, doing: Path) -> WriteError:
+        cause = str(exc).removeprefix(f"cannot write {doing}: ") if isinstance(exc, WriteError) else _cause(exc)
+        return WriteError(f"the store {self.store_root} cannot be written ({cause}; writing {doing})")
+
+    def _discard_quietly(self) -> None:
+        """Close cases.jsonl, dropping what a full disk kept in its buffer (it was never written)."""
+        try:
+            self._cases.close()
+        except OSError:  # the buffered bytes the disk refused: closed all the same
+            pass
+
+    @property
+    def failure(self) -> WriteError | None:
+        """The write the store refused, if one was (then this writer appends nothing more)."""
+        return self._failure
 
     def add_case(self, rec: Mapping[str, Any]) -> None:
+        if self._failure is not None:  # after a torn line nothing may follow it: the file stays readable
+            raise self._failure
         line = redact(fastjson.dumps(rec)) + "\n"  # one JSON object; orjson escapes every newline in it
         size = len(line) if line.isascii() else len(line.encode("utf-8"))  # (a line not UTF-8 fails here)
         try:
             self._cases.write(line)
             self._cases.flush()  # a killed process keeps every case that finished (one write per case)
+        except OSError as exc:  # a full disk, a folder gone read-only: part of the line may be in the file
+            self._failure = self._error(exc, self._path)
+            raise self._failure from exc
         except BaseException:
             self._intact = False  # part of the line may be in the file
             raise
         self._bytes += size
+        self._count += 1
 
     def own_lines(self) -> Iterator[str] | None:
         """The lines of cases.jsonl without their newlines, if the file holds exactly what this writer wrote.
@@ -118,7 +214,7 @@ class RunWriter:
         them as they are; None when the file is not (only) this writer's, so the caller
         reads it back record by record instead.
         """
-        if not self._intact:
+        if not self._intact or self._failure is not None:
             return None
         self.flush()
         try:
@@ -134,18 +230,59 @@ class RunWriter:
                 yield line[:-1]
 
     def flush(self) -> None:
+        if self._failure is not None:  # what the disk refused stays unwritten; the file is as it was left
+            return
         if not self._cases.closed:
-            self._cases.flush()
+            try:
+                self._cases.flush()
+            except OSError as exc:
+                self._failure = self._error(exc, self._path)
+                raise self._failure from exc
 
     def finish(self, record: Mapping[str, Any]) -> None:
-        self._cases.flush()
-        os.fsync(self._cases.fileno())
-        self._cases.close()
-        write_json(self.directory / "run.json", {**self.header, **record})
+        """Write the final run.json, once cases.jsonl is known to hold every case written to it.
+
+        If that file was deleted or replaced during the run (the store removed, say), the
+        record is lost: WriteError says so and nothing is written, since a run.json without
+        its cases (or in a folder recreated for it) would be a record of cases that are not there.
+        """
+        if self._failure is not None:
+            raise self._failure
+        try:
+            self._cases.flush()
+            os.fsync(self._cases.fileno())
+        except OSError as exc:
+            self._failure = self._error(exc, self._path)
+            raise self._failure from exc
+        lost = self._lost()
+        self.close()
+        if lost is not None:
+            raise WriteError(
+                f"the record of run {self.directory.name} was lost: {lost} while the run was going "
+                f"({self._count} case(s) had been recorded in it); nothing more is written (no run.json "
+                "without its cases). Run again to record the run"
+            )
+        try:
+            write_json(self.directory / "run.json", {**self.header, **record})
+        except OSError as exc:
+            raise self._error(exc, self.directory / "run.json") from exc
+
+    def _lost(self) -> str | None:
+        """How cases.jsonl no longer holds what this writer wrote to it (None when it does)."""
+        try:
+            on_disk = os.stat(self._path)
+        except OSError:
+            return f"{self._path} was deleted"
+        mine = os.fstat(self._cases.fileno())
+        if (on_disk.st_dev, on_disk.st_ino) != (mine.st_dev, mine.st_ino):
+            return f"{self._path} was replaced by another file"
+        if on_disk.st_size < self._bytes:
+            return f"{self._path} was cut short ({on_disk.st_size} of {self._bytes} bytes)"
+        return None
 
     def close(self) -> None:
         if not self._cases.closed:
-            self._cases.close()
+            self._discard_quietly()
 
 
 class Store:
@@ -160,6 +297,29 @@ class Store:
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
+
+    def check_writable(self) -> None:
+        """Create the store (and runs/) when missing, then write, fsync and remove a probe file in it.
+
+        Run before any case, so a full disk or a read-only store is one clear error (WriteError,
+        exit 2) naming the store and the cause, not a failure at the first case's record.
+        """
+        runs = self.root / "runs"
+        try:
+            runs.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(prefix=".write-probe.", suffix=".tmp", dir=runs)
+        except OSError as exc:
+            raise WriteError(f"the store {self.root} cannot be written ({_cause(exc)})") from exc
+        try:
+            os.write(fd, b"oloproof write probe\n" * 200)  # a few KiB: a full disk refuses them
+            os.fsync(fd)
+        except OSError as exc:
+            raise WriteError(f"the store {self.root} cannot be written ({_cause(exc)})") from exc
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            with contextlib.suppress(OSError):
+                os.unlink(probe)
 
     def start_run(self, run_id: str, header: Mapping[str, Any]) -> RunWriter:
         return RunWriter(self.run_dir(run_id), {"schema": RUN_SCHEMA, "run_id": run_id, **header})

@@ -131,7 +131,9 @@ def test_corrupt_cache_stats_and_clear_recover(pytester: pytest.Pytester) -> Non
 
     clear = oloproof(pytester.path, "cache", "clear")
     assert clear.returncode == 0, clear.stderr
-    assert "was unreadable: removed it and created an empty one" in clear.stdout
+    [aside] = store.glob("cache.unreadable-*")  # moved aside, never deleted
+    assert f"was unreadable: moved it to {aside} and created an empty one" in clear.stdout
+    assert (aside / "cache.db").read_bytes().startswith(b"this is not an SQLite database")
 
     after = oloproof(pytester.path, "cache", "stats", "--json")
     assert after.returncode == 0, after.stderr
@@ -148,6 +150,8 @@ def test_cache_clear_replaces_a_file_standing_where_the_cache_folder_goes(pytest
     clear = oloproof(pytester.path, "cache", "clear", "--store", "s")
     assert clear.returncode == 0, clear.stderr
     assert (pytester.path / "s" / "cache" / "cache.db").is_file()
+    [aside] = (pytester.path / "s").glob("cache.unreadable-*")
+    assert aside.read_text() == "junk"
 
 
 def test_a_run_with_a_corrupt_cache_runs_uncached_and_says_how_to_fix_it_once(pytester: pytest.Pytester) -> None:

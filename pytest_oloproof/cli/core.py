@@ -234,9 +234,13 @@ def cmd_cache(args: argparse.Namespace) -> int:
             line = (
                 f"cleared {n} entries from {store.cache_dir}"
                 if n is not None
-                else f"the cache at {store.cache_dir} was unreadable: removed it and created an empty one"
+                else f"the cache at {store.cache_dir} was unreadable: moved it to {caches.aside} and created an "
+                "empty one (delete that once you no longer need it)"
             )
-            _emit(args, {"cleared": n, "recreated": n is None, "directory": str(store.cache_dir)}, [line])
+            doc = {"cleared": n, "recreated": n is None, "directory": str(store.cache_dir)}
+            if caches.aside is not None:
+                doc["moved_to"] = str(caches.aside)
+            _emit(args, doc, [line])
         else:
             counts = caches.stats()
             lines = [f"{store.cache_dir}"] + [f"  {k}: {v} entries" for k, v in counts.items()]

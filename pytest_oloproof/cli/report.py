@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,15 +28,26 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ..report.html import page_for, write_index, write_page
+    from ..store import output_problem
 
     store = cli._store_from(args)
     target = Path(args.html)
     if args.id is None:
-        if target.exists() and not target.is_dir():
+        if (target.exists() or target.is_symlink()) and not target.is_dir():
             raise cli.UsageError(
-                f"--html: {target} is a file; with no ID the report is a folder (index.html and pages)"
+                f"--html: {target} is not a folder; with no ID the report is a folder (index.html and pages)"
             )
-        written = write_index(store, target)
+        problem = output_problem(target)
+        if problem is not None:  # a path under a regular file
+            raise cli.UsageError(f"--html: cannot write {target}: {problem}")
+        created = not target.exists()
+        try:
+            written = write_index(store, target)
+        except OSError:
+            if created:  # a folder made for the report and left empty is not a report
+                with contextlib.suppress(OSError):
+                    target.rmdir()
+            raise
         lines = [f"Wrote {len(written.pages)} pages to {target}/ (open {target / 'index.html'})"]
         lines += [f"Not shown (unreadable): {p}" for p in written.problems]
         doc = {
@@ -48,6 +60,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         return cli.EXIT_OK
     if target.is_dir():
         raise cli.UsageError(f"--html: {target} is a folder; give the file to write, e.g. {target / 'report.html'}")
+    problem = output_problem(target)
+    if problem is not None:  # a FIFO or a device is never replaced; nothing is written under a regular file
+        raise cli.UsageError(f"--html: cannot write {target}: {problem}")
     kind, full, html = page_for(store, args.id)
     write_page(target, html)
     cli._emit(args, {"kind": kind, "id": full, "path": str(target)}, [f"Wrote the {kind} report of {full} to {target}"])
