@@ -1,0 +1,106 @@
+"""Order-free betting-mixture confidence bounds for the mean of values in [0, 1] (SPEC §7).
+
+The betting idea is Waudby-Smith & Ramdas ("Estimating means of bounded random variables
+by betting", JRSS-B 86(1), 2024): for a candidate mean m, a bet that pays
+1 − f + f · y / m on each value y has expectation 1 when the mean is m, so the product of
+the bets (the capital) is an e-value and, by Markov's inequality, reaches 2/α with
+probability at most α/2. Here the bet fractions are a fixed grid f_k = k/21, k = 1…20,
+and the capitals of the 20 fractions are averaged (an average of e-values is an e-value),
+so nothing depends on the order of the values or on a seed:
+
+    capital_k(m) = Π_i (1 − f_k + f_k · y_i / m),  m rejected (lower) when mean_k capital_k ≥ 2/α.
+
+The lower bound is the largest rejected m (each capital falls as m rises), found by
+bisection and returned at the rejected end, so the reported interval contains the exact
+one; the upper bound is the same on 1 − y. At the sample mean every capital is ≤ 1
+(Jensen: Σ log(1 + f(y/m − 1)) ≤ n log(1 + f(ȳ/m − 1)) = 0), so the interval never
+excludes the sample mean; each capital rises with every y_i, so the bounds are monotone in
+every value.
+
+Clusters (independent groups of cases with sizes fixed by design; the estimand is the mean
+over cases, Σ S_j / Σ N_j for cluster sums S_j of N_j cases): with x_j = S_j − m·N_j and a
+bet λ_k = f_k / N_ref per case, common to every cluster (N_ref the median cluster size), a
+cluster bets 1 + λ_k x_j when f_k·N_j/N_ref ≤ 20/21 (its capital cannot reach zero, since
+x_j ≥ −N_j); a larger cluster, which such a bet could bankrupt, contributes
+exp(λ_k x_j − λ_k² N_j² / 8) instead (Hoeffding's lemma: its expectation is at most
+exp(λ_k E[x_j]) whatever the cluster's own mean). Both factors have expectation at most
+exp(λ_k E[x_j]), the clusters are independent and Σ_j E[x_j] = 0 under the null, so each
+product is an e-value even when the clusters' means differ (informative sizes) — the reason
+the bet per case must be common to all clusters. Each cluster's bet is sized by its own size,
+so one large cluster no longer shrinks every other cluster's bet. The bets do not depend on m
+(unlike f/m above, which with unequal sizes could make the rejected set of m other than an
+interval), so every factor falls as m rises and bisection finds the bound.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["FRACTIONS", "mixture_bounds"]
+
+#: The fixed grid of bet fractions f_k = k/21, k = 1…20.
+FRACTIONS = np.arange(1, 21, dtype=float) / 21.0
+#: Bisection steps: 2^-45 of [0, 1] is far below any printed digit.
+_STEPS = 45
+
+
+def _log_mean_capital(
+    m: np.ndarray, sums: np.ndarray, sizes: np.ndarray, ref: np.ndarray, clustered: bool
+) -> np.ndarray:
+    """log of the average capital against "the mean is m" (betting up), one per row of (r, g) arrays."""
+    f = FRACTIONS[None, :, None]
+    mm = m[:, None, None]
+    lam = f / ref[:, None, None] if clustered else f / mm  # (r, K, 1): the bet per case
+    x = sums[:, None, :] - mm * sizes[:, None, :]  # (r, 1, g)
+    bet = f * sizes[:, None, :] / ref[:, None, None] <= FRACTIONS[-1] + 1e-12
+    arg = np.where(bet, lam * x, 0.0)
+    logs = np.where(bet, np.log1p(np.maximum(arg, -1.0 + 1e-300)), lam * x - (lam * sizes[:, None, :]) ** 2 / 8.0)
+    logs = np.where(sizes[:, None, :] > 0, logs, 0.0)  # padding (size 0) bets nothing
+    cap = logs.sum(axis=2)  # (r, K)
+    top = cap.max(axis=1)
+    out: np.ndarray = top + np.log(np.exp(cap - top[:, None]).mean(axis=1))
+    return out
+
+
+def _lower(sums: np.ndarray, sizes: np.ndarray, alpha: float, clustered: bool) -> np.ndarray:
+    """Lower (1 − α/2) bounds, one per row: bisection between 0 (rejected by convention) and the mean (kept)."""
+    threshold = math.log(2.0 / alpha)
+    total = sizes.sum(axis=1)
+    mean = sums.sum(axis=1) / total
+    ref = np.array([float(np.median(row[row > 0])) for row in sizes])
+    lo, hi = np.zeros_like(mean), mean.copy()
+    live = mean > 0
+    for _ in range(_STEPS):
+        if not np.any(live):
+            break
+        mid = 0.5 * (lo + hi)
+        rejected = np.zeros_like(live)
+        idx = np.flatnonzero(live & (mid > 0))
+        if idx.size:
+            rejected[idx] = _log_mean_capital(mid[idx], sums[idx], sizes[idx], ref[idx], clustered) >= threshold
+        lo = np.where(live & rejected, mid, lo)
+        hi = np.where(live & ~rejected, mid, hi)
+        live = live & (hi - lo > 1e-13)
+    out: np.ndarray = lo
+    return out
+
+
+def mixture_bounds(sums: np.ndarray, sizes: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper (1 − α) bounds for the mean over cases, one pair per row.
+
+    ``sums`` (r, g): per unit (a case, or a cluster), the sum of its values in [0, 1];
+    ``sizes`` (r, g): its number of cases (1 without clusters; 0 pads a row with fewer units).
+    Each side misses with probability at most α/2. Rows of single cases (no size above 1)
+    use the bets f/m of the unclustered mixture, rows with a cluster the bets f/N_ref.
+    """
+    sums = np.atleast_2d(np.asarray(sums, dtype=float))
+    sizes = np.atleast_2d(np.asarray(sizes, dtype=float))
+    # a canonical order, so float sums are the same bits whatever order the units came in
+    order = np.lexsort((sizes, sums), axis=-1)
+    sums, sizes = np.take_along_axis(sums, order, axis=-1), np.take_along_axis(sizes, order, axis=-1)
+    clustered = bool(np.any(sizes > 1))
+    low = _lower(sums, sizes, alpha, clustered)
+    high = 1.0 - _lower(sizes - sums, sizes, alpha, clustered)
+    return np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
