@@ -18,18 +18,23 @@ excludes the sample mean; each capital rises with every y_i, so the bounds are m
 every value.
 
 Clusters (independent groups of cases with sizes fixed by design; the estimand is the mean
-over cases, Σ S_j / Σ N_j for cluster sums S_j of N_j cases): with x_j = S_j − m·N_j and a
-bet λ_k = f_k / N_ref per case, common to every cluster (N_ref the median cluster size), a
-cluster bets 1 + λ_k x_j when f_k·N_j/N_ref ≤ 20/21 (its capital cannot reach zero, since
-x_j ≥ −N_j); a larger cluster, which such a bet could bankrupt, contributes
-exp(λ_k x_j − λ_k² N_j² / 8) instead (Hoeffding's lemma: its expectation is at most
-exp(λ_k E[x_j]) whatever the cluster's own mean). Both factors have expectation at most
-exp(λ_k E[x_j]), the clusters are independent and Σ_j E[x_j] = 0 under the null, so each
-product is an e-value even when the clusters' means differ (informative sizes) — the reason
-the bet per case must be common to all clusters. Each cluster's bet is sized by its own size,
-so one large cluster no longer shrinks every other cluster's bet. The bets do not depend on m
-(unlike f/m above, which with unequal sizes could make the rejected set of m other than an
-interval), so every factor falls as m rises and bisection finds the bound.
+over cases, Σ S_j / Σ N_j for cluster sums S_j of N_j cases). With x_j = S_j − m·N_j, a bet
+λ per case must be common to every cluster: the clusters' own means may differ (bigger
+clusters harder), only their case-weighted mean is m under the null, and Π_j E[1 + λ x_j]
+≤ exp(λ Σ_j E[x_j]) = 1 holds for every such configuration only with one λ. Two designs,
+chosen from the sizes alone (never from the values):
+
+- sizes within a factor 3 (N_max ≤ 3·N_median; all equal, or no clusters): λ_k = f_k/(m·N_max),
+  so every cluster bets 1 + λ_k x_j = 1 − f_k·N_j/N_max + f_k·S_j/(m·N_max) ≥ 1 − f_k > 0.
+  With one case per cluster this is the formula above.
+- one or a few clusters much larger than the rest: scaling every bet by the largest cluster
+  would shrink every other cluster's bet (99 clusters of 4 and one of 50: widths 0.13 → 0.73).
+  Instead λ_k = f_k/N_median, not divided by m, and each cluster's bet is sized by its own
+  size: a cluster with f_k·N_j/N_median ≤ 20/21 bets 1 + λ_k x_j (never below 1/21, since
+  x_j ≥ −N_j), a larger one contributes exp(λ_k x_j − λ_k² N_j² / 8) instead (Hoeffding's
+  lemma: its expectation is at most exp(λ_k E[x_j]) whatever the cluster's own mean). Each
+  product is still an e-value under the null, and since λ_k does not depend on m every
+  factor falls as m rises, so the rejected set of m is an interval and bisection finds it.
 """
 
 from __future__ import annotations
@@ -47,12 +52,12 @@ _STEPS = 45
 
 
 def _log_mean_capital(
-    m: np.ndarray, sums: np.ndarray, sizes: np.ndarray, ref: np.ndarray, clustered: bool
+    m: np.ndarray, sums: np.ndarray, sizes: np.ndarray, ref: np.ndarray, per_m: np.ndarray
 ) -> np.ndarray:
     """log of the average capital against "the mean is m" (betting up), one per row of (r, g) arrays."""
     f = FRACTIONS[None, :, None]
     mm = m[:, None, None]
-    lam = f / ref[:, None, None] if clustered else f / mm  # (r, K, 1): the bet per case
+    lam = np.where(per_m[:, None, None], f / (mm * ref[:, None, None]), f / ref[:, None, None])  # (r, K, 1)
     x = sums[:, None, :] - mm * sizes[:, None, :]  # (r, 1, g)
     bet = f * sizes[:, None, :] / ref[:, None, None] <= FRACTIONS[-1] + 1e-12
     arg = np.where(bet, lam * x, 0.0)
@@ -64,12 +69,23 @@ def _log_mean_capital(
     return out
 
 
-def _lower(sums: np.ndarray, sizes: np.ndarray, alpha: float, clustered: bool) -> np.ndarray:
+def _design(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row: the reference size and whether bets are f/(m·N_max) (sizes within a factor 3) or f/N_median."""
+    ref, per_m = np.empty(sizes.shape[0]), np.empty(sizes.shape[0], dtype=bool)
+    for i, row in enumerate(sizes):
+        real = row[row > 0]
+        top, mid = float(real.max()), float(np.median(real))
+        per_m[i] = top <= 3.0 * mid
+        ref[i] = top if per_m[i] else mid
+    return ref, per_m
+
+
+def _lower(sums: np.ndarray, sizes: np.ndarray, alpha: float) -> np.ndarray:
     """Lower (1 − α/2) bounds, one per row: bisection between 0 (rejected by convention) and the mean (kept)."""
     threshold = math.log(2.0 / alpha)
     total = sizes.sum(axis=1)
     mean = sums.sum(axis=1) / total
-    ref = np.array([float(np.median(row[row > 0])) for row in sizes])
+    ref, per_m = _design(sizes)
     lo, hi = np.zeros_like(mean), mean.copy()
     live = mean > 0
     for _ in range(_STEPS):
@@ -79,7 +95,7 @@ def _lower(sums: np.ndarray, sizes: np.ndarray, alpha: float, clustered: bool) -
         rejected = np.zeros_like(live)
         idx = np.flatnonzero(live & (mid > 0))
         if idx.size:
-            rejected[idx] = _log_mean_capital(mid[idx], sums[idx], sizes[idx], ref[idx], clustered) >= threshold
+            rejected[idx] = _log_mean_capital(mid[idx], sums[idx], sizes[idx], ref[idx], per_m[idx]) >= threshold
         lo = np.where(live & rejected, mid, lo)
         hi = np.where(live & ~rejected, mid, hi)
         live = live & (hi - lo > 1e-13)
@@ -92,15 +108,13 @@ def mixture_bounds(sums: np.ndarray, sizes: np.ndarray, alpha: float) -> tuple[n
 
     ``sums`` (r, g): per unit (a case, or a cluster), the sum of its values in [0, 1];
     ``sizes`` (r, g): its number of cases (1 without clusters; 0 pads a row with fewer units).
-    Each side misses with probability at most α/2. Rows of single cases (no size above 1)
-    use the bets f/m of the unclustered mixture, rows with a cluster the bets f/N_ref.
+    Each side misses with probability at most α/2; the bets follow the row's sizes (see above).
     """
     sums = np.atleast_2d(np.asarray(sums, dtype=float))
     sizes = np.atleast_2d(np.asarray(sizes, dtype=float))
     # a canonical order, so float sums are the same bits whatever order the units came in
     order = np.lexsort((sizes, sums), axis=-1)
     sums, sizes = np.take_along_axis(sums, order, axis=-1), np.take_along_axis(sizes, order, axis=-1)
-    clustered = bool(np.any(sizes > 1))
-    low = _lower(sums, sizes, alpha, clustered)
-    high = 1.0 - _lower(sizes - sums, sizes, alpha, clustered)
+    low = _lower(sums, sizes, alpha)
+    high = 1.0 - _lower(sizes - sums, sizes, alpha)
     return np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
