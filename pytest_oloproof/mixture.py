@@ -80,6 +80,32 @@ def _design(sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ref, per_m
 
 
+def _log_evidence(m: np.ndarray, sums: np.ndarray, sizes: np.ndarray, ref: np.ndarray, per_m: np.ndarray) -> np.ndarray:
+    """log of the e-value against "the mean over cases is m" (betting up), one per row.
+
+    Rows with sizes within a factor 3: the mixture's mean capital. Other rows: the average of
+    two e-values (an average of e-values is one), the mean capital above with every cluster
+    betting, and the mean capital of the clusters up to 3·N_median alone against
+    m·N / N_small — the most their case-weighted mean can be when the mean over all cases is m
+    and the large clusters score 0 — with bets f/(m'·N_max') among those clusters. The second
+    leaves the large clusters out rather than paying Hoeffding's allowance on them, which is
+    narrower when they hold a small share of the cases; both fall as m rises.
+    """
+    one = _log_mean_capital(m, sums, sizes, ref, per_m)
+    if np.all(per_m):
+        return one
+    out = one.copy()
+    rows = np.flatnonzero(~per_m)
+    sz, sm = sizes[rows], sums[rows]
+    small = (sz > 0) & (sz <= 3.0 * ref[rows, None])
+    sz_small = np.where(small, sz, 0.0)
+    m_small = np.minimum(1.0, m[rows] * sz.sum(axis=1) / sz_small.sum(axis=1))
+    top = sz_small.max(axis=1)
+    two = _log_mean_capital(m_small, np.where(small, sm, 0.0), sz_small, top, np.ones(rows.size, dtype=bool))
+    out[rows] = np.logaddexp(one[rows], two) - math.log(2.0)
+    return out
+
+
 def _lower(sums: np.ndarray, sizes: np.ndarray, alpha: float) -> np.ndarray:
     """Lower (1 − α/2) bounds, one per row: bisection between 0 (rejected by convention) and the mean (kept)."""
     threshold = math.log(2.0 / alpha)
@@ -95,7 +121,7 @@ def _lower(sums: np.ndarray, sizes: np.ndarray, alpha: float) -> np.ndarray:
         rejected = np.zeros_like(live)
         idx = np.flatnonzero(live & (mid > 0))
         if idx.size:
-            rejected[idx] = _log_mean_capital(mid[idx], sums[idx], sizes[idx], ref[idx], per_m[idx]) >= threshold
+            rejected[idx] = _log_evidence(mid[idx], sums[idx], sizes[idx], ref[idx], per_m[idx]) >= threshold
         lo = np.where(live & rejected, mid, lo)
         hi = np.where(live & ~rejected, mid, hi)
         live = live & (hi - lo > 1e-13)
