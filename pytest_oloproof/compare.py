@@ -2,7 +2,7 @@
 
 Cases are paired by id. For every criterion both runs record, the difference
 candidate − baseline is reported in percentage points with a paired interval
-(Tango's score interval for pass/fail criteria, a paired mean-difference
+(the exact interval compatible with McNemar's test for pass/fail criteria, a paired mean-difference
 interval otherwise) and its accounting. A policy (compare.yaml) turns chosen
 criteria into decisions; the gate is PASS only when every decision passes.
 
@@ -267,7 +267,7 @@ def criterion_kind(name: str, records: Sequence[Mapping[str, Any]], pairing: Pai
     """The kind, "rate" or "mean", as the criterion's evaluator declares it (SPEC §7), never from the values.
 
     Records written before evaluators carried a kind fall back to the values (0/1 pairs: a rate).
-    A declared rate whose values are not all 0/1 is compared as a mean (Tango needs 0/1).
+    A declared rate whose values are not all 0/1 is compared as a mean (the exact paired interval needs 0/1).
     """
     for record in records:
         for e in record.get("evaluators") or []:
@@ -290,10 +290,11 @@ def paired_interval(
 ) -> stats.Interval:
     """Interval for the mean difference candidate − baseline (as a proportion, not points).
 
-    Pass/fail: Tango's score interval. Graded: the paired interval of `stats` (betting, or
-    Gaffke's from 100 pairs). With clusters (`metadata.cluster`), the paired interval over
-    whole clusters, and for pass/fail
-    never narrower than Tango's (clustering can only add uncertainty).
+    Pass/fail: the exact interval compatible with the exact McNemar test
+    (`stats.paired_rate_interval`). Graded: the paired interval of `stats` (the betting
+    mixture, or Gaffke's from 100 pairs). With clusters (`metadata.cluster`), the paired
+    interval over whole clusters, and for pass/fail never narrower than the exact unclustered
+    one (clustering can only add uncertainty).
     """
     n = len(pairs)
     diffs = [cand - base for _, base, cand in pairs]
@@ -302,16 +303,16 @@ def paired_interval(
     if binary:
         b = sum(1 for _, base, cand in pairs if cand == 1.0 and base == 0.0)
         c = sum(1 for _, base, cand in pairs if cand == 0.0 and base == 1.0)
-        tango = stats.tango_interval(b, c, n, confidence)
+        exact = stats.paired_rate_interval(b, c, n, confidence)
         if clusters is None:
-            return tango
+            return exact
         iv = stats.paired_mean_diff_interval(diffs, confidence, seed=seed, clusters=clusters)
         if not iv.method.startswith("paired-cluster-"):
-            return tango
-        if iv.low <= tango.low and iv.high >= tango.high:
+            return exact
+        if iv.low <= exact.low and iv.high >= exact.high:
             return iv
-        note = "; ".join(x for x in (iv.note, "widened to the unclustered Tango interval") if x)
-        return stats.Interval(min(iv.low, tango.low), max(iv.high, tango.high), iv.method, note)
+        note = "; ".join(x for x in (iv.note, "widened to the unclustered exact interval") if x)
+        return stats.Interval(min(iv.low, exact.low), max(iv.high, exact.high), iv.method, note)
     return stats.paired_mean_diff_interval(diffs, confidence, seed=seed, clusters=clusters)
 
 
@@ -514,7 +515,7 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
         head = f"{d['criterion']}: {cases} cannot establish {d['test']} at a {margin}-point"
         if d.get("kind") == "mean":  # from the paired graded interval with every difference 0
             note = f"{head} margin, even with no change; about {needed} would be needed"
-        else:  # from Tango's interval with no discordant pair
+        else:  # from the exact paired interval with no discordant pair
             note = f"{head} margin; about {needed} would be needed with no changed verdicts"
         if note not in notes:
             notes.append(note)

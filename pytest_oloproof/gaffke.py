@@ -7,7 +7,7 @@ bounded random variable" (arXiv:1905.06208, 2019/2020), who stated its validity 
 distribution as a conjecture and searched for counterexamples without finding one. It is
 proven where it reduces to classical tests (n = 1: Markov; two-point values: the binomial
 test); the general case is, as far as we know, a conjecture. Oloproof uses it from 100
-independent units only (`stats.GAFFKE_FROM`), the provably valid betting interval below.
+independent units only (`stats.GAFFKE_FROM`), the provably valid betting mixture (`mixture`) below.
 
 For values x_1..x_n in [0, 1], the upper bound is the 1 − α quantile of D_0·1 + Σ D_i·x_i
 with Dirichlet(1, ..., 1) weights D (the sample with one extra point at the upper end of

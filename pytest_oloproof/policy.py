@@ -50,9 +50,9 @@ class DecisionRule(ABC):
     def pairs_needed(self, margin: float, confidence: float, kind: str = "rate") -> int | None:
         """Pairs needed to pass with no changed verdict, or None if that can never pass.
 
-        Derived from the interval the comparison uses: Tango's for a rate, the paired
-        graded interval for a mean (betting, or Gaffke's from 100 pairs; wider, so more
-        pairs are needed).
+        Derived from the interval the comparison uses: the exact paired interval for a rate,
+        the paired graded interval for a mean (the betting mixture, or Gaffke's from 100
+        pairs; wider, so more pairs are needed).
         """
         if margin <= 0 or margin >= 100:
             return None

@@ -1,11 +1,12 @@
 """Confidence intervals for Oloproof aggregates and comparisons (SPEC §7, §10).
 
-Pure functions over numpy/scipy. Pass rates: exact Clopper–Pearson; paired pass/fail:
-Tango's score interval; graded means, paired graded differences and anything
-clustered: the betting intervals of Waudby-Smith & Ramdas (module `betting`) below
-100 independent units (valid at every n, by Ville's inequality), Gaffke's bound (module
-`gaffke`) from 100 units of equal size (conjectured valid at every n; no counterexample
-known). Every function returns an :class:`Interval`
+Pure functions over numpy/scipy. Pass rates: exact Clopper–Pearson; paired pass/fail: the
+exact interval of Fay & Lumbard 2021, compatible with the exact McNemar test (module
+`paired_exact`); graded means, paired graded differences and anything clustered: the
+order-free betting mixture (module `mixture`; valid at every n by Markov's inequality) below
+100 independent units, Gaffke's bound (module `gaffke`) from 100 units of equal size
+(conjectured valid at every n; no counterexample known). Every function depends only on the
+multiset of its values, never on their order. Every function returns an :class:`Interval`
 that names the method used and, when a fallback was needed, says why in
 ``note``. No function ever returns a zero-width interval as if it were
 certainty: degenerate inputs (no data, one value, all values equal) get an
@@ -22,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import betting, gaffke
+from . import gaffke, mixture
 
 
 class _LazyModule:
@@ -51,6 +52,7 @@ __all__ = [
     "mean_interval",
     "mean_pairs_needed_without_change",
     "paired_mean_diff_interval",
+    "paired_rate_interval",
     "pairs_needed_without_change",
     "rate_interval",
     "round_outward",
@@ -67,7 +69,7 @@ NOTE_FEW_CLUSTERS = "fewer than 2 clusters"
 NOTE_WIDENED_TO_CP = "widened to the unclustered Clopper-Pearson interval"
 
 #: From this many independent units (cases, or clusters of one size) graded means use Gaffke's
-#: bound instead of the betting interval; decided in advance, never from the data's values.
+#: bound instead of the betting mixture; decided in advance, never from the data's values.
 GAFFKE_FROM = 100
 
 
@@ -98,13 +100,33 @@ def _check_confidence(confidence: float) -> None:
 
 
 def _as_array(values: Sequence[float], lo: float, hi: float, what: str) -> np.ndarray:
-    """Float array of ``values``, checked to be finite and within [lo, hi]."""
-    arr = np.asarray(list(values), dtype=float)
+    """Float array of ``values``, checked to be real numbers (not strings, not booleans), finite and within [lo, hi]."""
+    if isinstance(values, (str, bytes)):
+        raise ValueError(f"{what} must be a sequence of numbers, got the string {values!r}; pass a list of floats")
+    items = list(values)
+    for i, v in enumerate(items):
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise ValueError(
+                f"{what}[{i}] is {v!r} ({type(v).__name__}), not a number; pass floats in [{lo}, {hi}]"
+                + (" (True/False: use 1.0/0.0)" if isinstance(v, (bool, np.bool_)) else "")
+            )
+    arr = np.asarray(items, dtype=float)
     if arr.ndim != 1:
         raise ValueError(f"{what} must be a flat sequence of numbers")
-    if arr.size and (not np.all(np.isfinite(arr)) or arr.min() < lo or arr.max() > hi):
-        raise ValueError(f"{what} must be finite numbers in [{lo}, {hi}]")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < lo) | (arr > hi)) if arr.size else np.empty(0, dtype=int)
+    if bad.size:
+        i = int(bad[0])
+        raise ValueError(f"{what}[{i}] is {items[i]!r}; {what} must be finite numbers in [{lo}, {hi}]")
     return arr
+
+
+def _check_count(value: object, name: str) -> int:
+    """``value`` as a non-negative whole count: NaN, fractions, booleans and strings are refused."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a whole number of cases, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(float(value)) or float(value) != int(value) or value < 0:
+        raise ValueError(f"{name} must be a non-negative whole number of cases, got {value!r}; pass an int")
+    return int(value)
 
 
 def _cluster_ids(clusters: Sequence[Hashable | None], n: int) -> np.ndarray:
@@ -114,6 +136,11 @@ def _cluster_ids(clusters: Sequence[Hashable | None], n: int) -> np.ndarray:
     index: dict[Hashable, int] = {}
     ids = np.empty(n, dtype=int)
     for i, key in enumerate(clusters):
+        if isinstance(key, float) and math.isnan(key):
+            raise ValueError(
+                f"clusters[{i}] is NaN: NaN is never equal to itself, so it cannot name a cluster; "
+                "use None for a case without a cluster, or a string"
+            )
         if key is None:
             ids[i] = len(index)
             index[("__oloproof_singleton__", i)] = ids[i]
@@ -136,7 +163,8 @@ def clopper_pearson(k: float, n: int, confidence: float = 0.95) -> tuple[float, 
     to a non-integer number of "successes". ``betaincinv`` is what ``scipy.stats.beta.ppf`` calls.
     """
     _check_confidence(confidence)
-    if n <= 0:
+    n = _check_count(n, "n")
+    if n == 0:
         return 0.0, 1.0
     if not 0.0 <= k <= n:
         raise ValueError(f"k must be in [0, n], got k={k!r}, n={n!r}")
@@ -161,7 +189,7 @@ def rate_interval(
     """Interval for a pass rate from 0/1 values.
 
     Without clusters: exact Clopper–Pearson (never anti-conservative). With clusters:
-    the betting interval over whole clusters (as for graded means; valid at every number
+    the mixture over whole clusters (as for graded means; valid at every number
     of clusters, so 3 clusters give a wide interval), never narrower than the unclustered
     Clopper–Pearson interval (clustering can only add uncertainty).
     """
@@ -199,11 +227,11 @@ def _bounded_mean(
 
     From `GAFFKE_FROM` independent units of one size (cases, or clusters that all have the
     same number of cases): Gaffke's bound (`gaffke`), Monte Carlo weights from the run's seed
-    (a closed form for all values equal or all 0/1), unless the draws affordable at that many
-    units cannot read the tail at this confidence (`gaffke.resolves`; e.g. 99% from 1,000 units).
-    Otherwise the betting interval (`betting`), whose bets depend on the order of the
-    observations, so they are taken in a seeded random order: the same run always gives the
-    same interval, and an eval set sorted by difficulty or topic cannot steer the bets.
+    applied to the units in sorted order (so the order of the cases changes nothing; sorting
+    keeps the bound monotone in every value), a closed form for all values equal or all 0/1,
+    unless the draws affordable at that many units cannot read the tail at this confidence
+    (`gaffke.resolves`; e.g. 99% from 1,000 units). Otherwise the order-free betting mixture
+    (`mixture`), which has no seed at all.
     """
     if ids is None:
         sums, sizes = values, np.ones_like(values)
@@ -211,7 +239,7 @@ def _bounded_mean(
         sums, sizes = _cluster_totals(values, ids)
     top = float(sizes.max())
     alpha = 1.0 - confidence
-    units, ones = (sums / top)[None, :], np.ones((1, sums.size))
+    units, ones = np.sort(sums / top)[None, :], np.ones((1, sums.size))
     if (
         sums.size >= GAFFKE_FROM
         and np.all(sizes == top)
@@ -219,9 +247,8 @@ def _bounded_mean(
     ):
         low, high = gaffke.gaffke_bounds(units, ones, alpha, seed=seed)
         return float(low[0]), float(high[0]), "gaffke"
-    order = np.random.default_rng(seed).permutation(sums.size)
-    low, high = betting.betting_bounds((sums[order] / top)[None, :], (sizes[order] / top)[None, :], alpha)
-    return float(low[0]), float(high[0]), "betting"
+    low, high = mixture.mixture_bounds(sums[None, :], sizes[None, :], alpha)
+    return float(low[0]), float(high[0]), "mixture"
 
 
 def mean_interval(
@@ -233,13 +260,14 @@ def mean_interval(
 ) -> Interval:
     """Interval for the mean of graded scores in [0, 1], valid at every n (from `GAFFKE_FROM` units: conjectured).
 
-    Below `GAFFKE_FROM` independent units, the betting confidence interval of Waudby-Smith
-    & Ramdas (JRSS-B 2024, `pytest_oloproof.betting`); from there, Gaffke's bound
-    (`pytest_oloproof.gaffke`), about as narrow as the t-interval where the CLT holds. Neither
-    uses the CLT or bootstrap asymptotics, only the bounds [0, 1]. With clusters the units are
-    whole clusters (Gaffke's bound only when all clusters have one size), so a handful of
-    clusters gives a wide interval. All values equal is no special case (the interval stays
-    wide at small n); n < 2 gives [0, 1].
+    Below `GAFFKE_FROM` independent units, the order-free betting mixture
+    (`pytest_oloproof.mixture`); from there, Gaffke's bound (`pytest_oloproof.gaffke`), about as
+    narrow as the t-interval where the CLT holds. Neither uses the CLT or bootstrap
+    asymptotics, only the bounds [0, 1], and neither depends on the order of the values
+    (``seed`` only draws Gaffke's Monte Carlo weights). With clusters the units are whole
+    clusters (Gaffke's bound only when all clusters have one size), so a handful of clusters
+    gives a wide interval. All values equal is no special case (the interval stays wide at
+    small n); n < 2 gives [0, 1].
     """
     _check_confidence(confidence)
     arr = _as_array(values, 0.0, 1.0, "scores")
@@ -302,6 +330,9 @@ def _tango_statistic(delta: float, b: int, c: int, n: int) -> float:
 def tango_interval(b: int, c: int, n: int, confidence: float = 0.95) -> Interval:
     """Tango (1998) score interval for p_candidate - p_baseline from paired pass/fail.
 
+    Not used by comparisons (it covers as little as 0.838 at 13 pairs by exact sums; see
+    `paired_rate_interval`); kept as the reference the paired-rate benchmark measures against.
+
     ``b`` = pairs where only the candidate passes, ``c`` = only the baseline passes,
     ``n`` = all pairs. Unlike Wald or a naive bootstrap it stays wide when no verdict
     changes (b = c = 0 gives ±z²/(n+z²)). Each bound is a root of the score equation.
@@ -332,9 +363,10 @@ def paired_mean_diff_interval(
 ) -> Interval:
     """Interval for the mean of paired differences of [0, 1] scores (values in [-1, 1]).
 
-    The interval of a single-run mean (betting, or Gaffke's from 100 pairs) on (d + 1) / 2,
-    which lies in [0, 1], mapped back: valid at every n (Gaffke's: conjectured), and wide when nothing changed (13 zero
-    differences give about ±0.28), never the zero-width interval of a paired t or a bootstrap.
+    The interval of a single-run mean (the mixture, or Gaffke's from 100 pairs) on (d + 1) / 2,
+    which lies in [0, 1], mapped back: valid at every n (Gaffke's: conjectured), and wide when
+    nothing changed (13 zero differences give ±0.335, printed ±33.6 points), never the
+    zero-width interval of a paired t or a bootstrap.
     """
     _check_confidence(confidence)
     arr = _as_array(diffs, -1.0, 1.0, "differences")
@@ -358,8 +390,9 @@ def mean_pairs_needed_without_change(margin: float, confidence: float = 0.95) ->
     difference 0, has a lower bound above −``margin`` (a proportion): below it, even an unchanged
     graded criterion cannot pass a non-inferiority or equivalence test at that margin.
 
-    With no change every order of the pairs is the same, so the seed does not matter; the
-    lower bound rises with n, so a doubling then bisection search finds the smallest n.
+    All differences equal need no Monte Carlo (the mixture, or Gaffke's closed form), so the
+    seed does not matter; the lower bound rises with n, so a doubling then bisection search
+    finds the smallest n.
     """
     if not 0.0 < margin < 1.0:
         raise ValueError(f"margin must be in (0, 1), got {margin!r}")
@@ -377,16 +410,40 @@ def mean_pairs_needed_without_change(margin: float, confidence: float = 0.95) ->
     return hi
 
 
+def paired_rate_interval(b: int, c: int, n: int, confidence: float = 0.95) -> Interval:
+    """Exact interval for p_candidate − p_baseline from paired pass/fail (Fay & Lumbard 2021).
+
+    ``b`` = pairs where only the candidate passes, ``c`` = only the baseline passes, ``n`` =
+    all pairs; bounds are fractions in [−1, 1]. Compatible with the exact McNemar test (it
+    excludes 0 exactly when that test rejects) and measured to cover ≥ 95% in every cell by
+    exact sums (`pytest_oloproof.paired_exact`). No changed verdict in 13 pairs gives ±0.247.
+    """
+    _check_confidence(confidence)
+    b, c, n = _check_count(b, "b"), _check_count(c, "c"), _check_count(n, "n")
+    if b + c > n:
+        raise ValueError(
+            f"b + c must be at most n (b: only the candidate passes, c: only the baseline passes, n: all pairs), "
+            f"got b={b}, c={c}, n={n}"
+        )
+    if n == 0:
+        return Interval(-1.0, 1.0, "degenerate", NOTE_NO_OBSERVATIONS)
+    from . import paired_exact  # imported on first use: it imports scipy
+
+    low, high = paired_exact.bounds(b, c, n, (1.0 - confidence) / 2.0)
+    return Interval(max(-1.0, low), min(1.0, high), "exact-mcnemar")
+
+
 def pairs_needed_without_change(margin: float, confidence: float = 0.95) -> int:
-    """Smallest number of pairs for which the Tango interval with no changed verdict
-    (b = c = 0) has half-width z²/(n+z²) below ``margin`` (a proportion, e.g. 0.05)."""
+    """Smallest number of pairs for which the exact paired interval with no changed verdict
+    (b = c = 0, bounds ±(1 − (α/2)^(1/n))) has a lower bound above −``margin`` (a proportion, e.g. 0.05)."""
     if not 0.0 < margin < 1.0:
         raise ValueError(f"margin must be in (0, 1), got {margin!r}")
-    z2 = z_for(confidence) ** 2
-    n = max(1, math.floor(z2 * (1.0 - margin) / margin) + 1)
-    while n > 1 and z2 / (n - 1 + z2) < margin:  # guard against float error at the edge
+    _check_confidence(confidence)
+    each = (1.0 - confidence) / 2.0
+    n = max(1, math.floor(math.log(each) / math.log1p(-margin)))
+    while n > 1 and -math.expm1(math.log(each) / (n - 1)) < margin:  # guard against float error at the edge
         n -= 1
-    while z2 / (n + z2) >= margin:
+    while -math.expm1(math.log(each) / n) >= margin:
         n += 1
     return n
 
@@ -408,10 +465,21 @@ def kappa_interval(
     give about [−0.47, 1].
     """
     _check_confidence(confidence)
-    if n <= 0:
+    agree, first_pass = _check_count(agree, "agree"), _check_count(first_pass, "first_pass")
+    second_pass, n = _check_count(second_pass, "second_pass"), _check_count(n, "n")
+    if n == 0:
         return Interval(-1.0, 1.0, "degenerate", NOTE_NO_OBSERVATIONS)
-    if not (0 <= agree <= n and 0 <= first_pass <= n and 0 <= second_pass <= n):
+    if not (agree <= n and first_pass <= n and second_pass <= n):
         raise ValueError(f"counts must be in [0, n], got {agree}, {first_pass}, {second_pass} of {n}")
+    if (agree - n + first_pass + second_pass) % 2 or not (
+        abs(first_pass + second_pass - n) <= agree <= n - abs(first_pass - second_pass)
+    ):
+        raise ValueError(
+            f"no 2x2 table has {agree} agreements of {n} items with {first_pass} and {second_pass} passes: "
+            f"agreements must lie in [{abs(first_pass + second_pass - n)}, {n - abs(first_pass - second_pass)}] "
+            f"and have the parity of n − first_pass − second_pass; "
+            "check that the counts come from the same items"
+        )
     each = 1.0 - (1.0 - confidence) / 3.0
     o_low, o_high = clopper_pearson(agree, n, each)
     a_edges = np.linspace(*clopper_pearson(first_pass, n, each), cells + 1)

@@ -17,14 +17,14 @@ def test_evaluator_kinds() -> None:
 
 def test_zero_one_values_of_a_mean_stay_a_mean() -> None:
     m = summarize([1.0, 0.0, 1.0, 1.0], "mean", confidence=0.95, seed=0)
-    assert m["kind"] == "mean" and m["method"] == "betting" and "passed" not in m
+    assert m["kind"] == "mean" and m["method"] == "mixture" and "passed" not in m
     r = summarize([1.0, 0.0, 1.0, 1.0], "rate", confidence=0.95, seed=0)
     assert r["kind"] == "rate" and r["method"] == "clopper-pearson" and r["passed"] == 3
 
 
 def test_a_rate_with_graded_values_is_shown_as_a_mean_and_says_why() -> None:
     m = summarize([0.5, 1.0, 0.25], "rate", confidence=0.95, seed=0)
-    assert m["kind"] == "mean" and m["method"] == "betting"
+    assert m["kind"] == "mean" and m["method"] == "mixture"
     assert "declared a rate" in m["note"]
 
 
@@ -38,7 +38,7 @@ def _case(cid: str, value: float, cluster: Any = None, topic: str = "t") -> dict
 def test_metrics_and_slices_follow_the_declared_kind() -> None:
     cases = [_case(f"c{i}", float(i % 2)) for i in range(10)]
     m = compute_metrics(cases, [("mrr_at_5", "mean")], confidence=0.95, seed=0)["mrr_at_5"]
-    assert m["kind"] == "mean" and m["method"] == "betting"
+    assert m["kind"] == "mean" and m["method"] == "mixture"
     rows = compute_slices(
         cases,
         ["metadata.topic"],
@@ -54,4 +54,4 @@ def test_metrics_and_slices_follow_the_declared_kind() -> None:
 def test_clustered_metrics_bet_on_clusters() -> None:
     cases = [_case(f"c{i}", 0.5 + (i % 3) / 10, cluster=i // 4) for i in range(12)]
     m = compute_metrics(cases, [("mrr_at_5", "mean")], confidence=0.95, seed=0)["mrr_at_5"]
-    assert m["clustered"] is True and m["method"] == "cluster-betting" and m["note"] == "3 clusters"
+    assert m["clustered"] is True and m["method"] == "cluster-mixture" and m["note"] == "3 clusters"

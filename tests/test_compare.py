@@ -123,7 +123,7 @@ def test_pairing_counts_paired_missing_excluded(store: Store) -> None:
         f"Comparison {doc_id} of {doc['candidate']['run_id']} against {doc['baseline']['run_id']} · 4 paired cases"
     )
     assert any(line.startswith("Warning: the runs used different case sets: 1 case(s) only") for line in lines)
-    iv = stats.tango_interval(1, 0, 2)
+    iv = stats.paired_rate_interval(1, 0, 2)
     lo, hi = stats.round_outward(iv.low * 100, iv.high * 100, 1)
     assert f"ok: +50.0 points [{lo:+.1f}, {hi:+.1f}] · 2 paired · 3 missing · 1 excluded" in lines
     assert "  missing: missing_in_candidate 1, not_in_baseline 1, not_in_candidate 1" in lines
@@ -137,35 +137,35 @@ def test_excluded_wins_over_missing(store: Store) -> None:
     assert (doc["criteria"]["ok"]["missing"], doc["criteria"]["ok"]["excluded"]) == (0, 1)
 
 
-def test_no_change_13_pairs_is_the_tango_bound(store: Store) -> None:
+def test_no_change_13_pairs_is_the_exact_bound(store: Store) -> None:
     cand = {f"k{i}": {"ok": float(i % 3 == 0), "g": 0.5 + i / 100} for i in range(13)}
     doc_id, doc = compare_ids(store, cand, cand)
     ok, g = doc["criteria"]["ok"], doc["criteria"]["g"]
-    assert ok["method"] == "tango"
-    assert ok["high"] == pytest.approx(100 * 1.959964**2 / (13 + 1.959964**2), abs=1e-4)
+    assert ok["method"] == "exact-mcnemar"
+    assert ok["high"] == pytest.approx(100 * (1 - 0.025 ** (1 / 13)), abs=1e-9)  # 24.705 points
     assert ok["low"] == pytest.approx(-ok["high"])
-    # a graded criterion with no change: the paired betting interval, wider than Tango's
+    # a graded criterion with no change: the paired betting mixture, wider than the exact rate interval
     gexp = stats.paired_mean_diff_interval([0.0] * 13)
-    assert g["method"] == "paired-betting" and g["high"] == pytest.approx(100 * gexp.high)
+    assert g["method"] == "paired-mixture" and g["high"] == pytest.approx(100 * gexp.high)
     assert g["low"] == pytest.approx(-g["high"]) and g["high"] > ok["high"]
     assert doc["criteria"]["ok"]["kind"] == "rate" and doc["criteria"]["g"]["kind"] == "mean"
     lines = render(doc, doc_id)
-    assert "ok: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
+    assert "ok: +0.0 points [-24.8, +24.8] · 13 paired · 0 missing · 0 excluded" in lines
     lo, hi = g["printed"]["low"], g["printed"]["high"]
     assert f"g: +0.0 points [{lo}, {hi}] · 13 paired · 0 missing · 0 excluded" in lines
-    assert float(hi) >= 27.0
+    assert (lo, hi) == ("-33.6", "+33.6")
     assert lines[-1] == "No policy given: no decisions and no gate (add --policy compare.yaml)"
     assert doc["gate"] is None and doc["exit_code"] == 0
 
 
 def test_kind_comes_from_the_evaluator_not_the_values(store: Store) -> None:
-    # an MRR whose values are all 0/1 in both runs is still a mean: paired betting, not Tango
+    # an MRR whose values are all 0/1 in both runs is still a mean: the paired mixture, not the rate interval
     cases = {f"k{i}": {"mrr": float(i % 2)} for i in range(13)}
     evs = [{"criterion": "mrr", "type": "mrr", "kind": "mean", "asserts": False, "settings": {}}]
     base = make_run(store, cases, evaluators=evs)
     cand = make_run(store, cases, evaluators=evs)
     _id, doc = run_comparison(store, cand, base)
-    assert doc["criteria"]["mrr"]["kind"] == "mean" and doc["criteria"]["mrr"]["method"] == "paired-betting"
+    assert doc["criteria"]["mrr"]["kind"] == "mean" and doc["criteria"]["mrr"]["method"] == "paired-mixture"
     assert "changed" in doc["criteria"]["mrr"] and "improved" not in doc["criteria"]["mrr"]
 
 
@@ -192,11 +192,11 @@ def test_clustered_pairs_get_a_cluster_level_interval(store: Store) -> None:
     _id, doc = run_comparison(store, c, b)
     g, ok = doc["criteria"]["g"], doc["criteria"]["ok"]
     plain = stats.paired_mean_diff_interval([cand[k]["g"] - base[k]["g"] for k in ids])
-    assert g["method"] == "paired-cluster-betting" and "3 clusters" in g["note"]
+    assert g["method"] == "paired-cluster-mixture" and "3 clusters" in g["note"]
     assert g["high"] - g["low"] > 100 * plain.width  # 3 clusters are weak evidence
-    tango = stats.tango_interval(0, 0, 12)
-    assert ok["method"] == "paired-cluster-betting"
-    assert ok["low"] <= 100 * tango.low and ok["high"] >= 100 * tango.high
+    exact = stats.paired_rate_interval(0, 0, 12)
+    assert ok["method"] == "paired-cluster-mixture"
+    assert ok["low"] <= 100 * exact.low and ok["high"] >= 100 * exact.high
 
 
 def test_interval_methods_binary_and_graded(store: Store) -> None:
@@ -207,12 +207,12 @@ def test_interval_methods_binary_and_graded(store: Store) -> None:
     _id, doc = compare_ids(store, cand, base)
     ok, g = doc["criteria"]["ok"], doc["criteria"]["g"]
     b = sum(1 for i in range(20, 40) if i % 4 == 0)
-    expected = stats.tango_interval(b, 0, 40)
-    assert ok["method"] == "tango"
+    expected = stats.paired_rate_interval(b, 0, 40)
+    assert ok["method"] == "exact-mcnemar"
     assert (ok["low"], ok["high"]) == pytest.approx((expected.low * 100, expected.high * 100))
     diffs = [cand[k]["g"] - base[k]["g"] for k in sorted(cand)]
     gexp = stats.paired_mean_diff_interval(diffs)
-    assert g["method"] == gexp.method == "paired-betting"
+    assert g["method"] == gexp.method == "paired-mixture"
     assert (g["low"], g["high"]) == pytest.approx((gexp.low * 100, gexp.high * 100))
     assert g["estimate"] == pytest.approx(100 * sum(diffs) / 40)
     lo, hi = stats.round_outward(g["low"], g["high"], 1)
@@ -230,7 +230,7 @@ def test_slices_are_exploratory_and_grouped_by_baseline(store: Store) -> None:
     doc_id, doc = run_comparison(store, c, b)
     rows = {(r["value"], r["criterion"]): r for r in doc["slices"]}
     assert set(rows) == {("account", "ok"), ("billing", "ok")}
-    assert rows[("billing", "ok")]["paired"] == 4 and rows[("billing", "ok")]["method"] == "tango"
+    assert rows[("billing", "ok")]["paired"] == 4 and rows[("billing", "ok")]["method"] == "exact-mcnemar"
     lines = render(doc, doc_id)
     assert "Slices (exploratory; grouped by the baseline's value; not population claims)" in lines
     assert any(x.startswith("  exploratory  metadata.topic=billing  ok: +50.0 points [") for x in lines)
@@ -279,25 +279,25 @@ def test_unknown_criterion_in_policy_writes_nothing(store: Store, tmp_path: Path
 
 
 def test_decisions_use_unrounded_bounds(store: Store, tmp_path: Path) -> None:
-    # 100 unchanged pairs: Tango bound ±3.6994 points, printed [-3.7, +3.7]. A 3.7-point
-    # non-inferiority margin passes (unrounded -3.6994 > -3.7) although the printed bound touches it.
+    # 100 unchanged pairs: exact bound ±3.6217 points, printed [-3.7, +3.7]. A 3.63-point
+    # non-inferiority margin passes (unrounded -3.6217 > -3.63) although the printed bound is beyond it.
     cand = {f"k{i:03d}": {"ok": float(i % 2)} for i in range(100)}
-    p = policy_file(tmp_path, "  - {name: ni, criterion: ok, test: non-inferiority, margin: 3.7}\n")
+    p = policy_file(tmp_path, "  - {name: ni, criterion: ok, test: non-inferiority, margin: 3.63}\n")
     _id, doc = compare_ids(store, cand, cand, p)
     assert doc["criteria"]["ok"]["printed"]["low"] == "-3.7"
-    assert doc["criteria"]["ok"]["low"] > -3.7
+    assert doc["criteria"]["ok"]["low"] > -3.63
     assert doc["decisions"][0]["outcome"] == "PASS"
     assert doc["gate"] == "PASS" and doc["exit_code"] == 0
     assert doc["sample_size_notes"] == []
-    p2 = policy_file(tmp_path, "  - {name: ni, criterion: ok, test: non-inferiority, margin: 3.69}\n", name="b.yaml")
+    p2 = policy_file(tmp_path, "  - {name: ni, criterion: ok, test: non-inferiority, margin: 3.62}\n", name="b.yaml")
     _id, doc2 = run_comparison(store, doc["candidate"]["run_id"], doc["baseline"]["run_id"], p2)
     assert (doc2["decisions"][0]["outcome"], doc2["decisions"][0]["reason"]) == (
         "INSUFFICIENT_EVIDENCE",
         "interval_overlaps_margin",
     )
     assert doc2["sample_size_notes"] == [
-        "ok: 100 paired cases cannot establish non-inferiority at a 3.69-point margin; "
-        f"about {stats.pairs_needed_without_change(0.0369)} would be needed with no changed verdicts"
+        "ok: 100 paired cases cannot establish non-inferiority at a 3.62-point margin; "
+        f"about {stats.pairs_needed_without_change(0.0362)} would be needed with no changed verdicts"
     ]
     assert render(doc2, _id)[-1] == "Gate: BLOCK (exit 3)"
 
@@ -307,7 +307,7 @@ def test_equivalence_decides_on_the_90_percent_interval(store: Store, tmp_path: 
     p = policy_file(tmp_path, "  - {name: eq, criterion: ok, test: equivalence, margin: 3.5}\n")
     _id, doc = compare_ids(store, cand, cand, p)
     d = doc["decisions"][0]
-    iv90 = stats.tango_interval(0, 0, 100, 0.90)
+    iv90 = stats.paired_rate_interval(0, 0, 100, 0.90)
     assert d["interval"]["confidence"] == pytest.approx(0.90)
     assert (d["interval"]["low"], d["interval"]["high"]) == pytest.approx((iv90.low * 100, iv90.high * 100))
     assert doc["criteria"]["ok"]["high"] > 3.5 > d["interval"]["high"]  # 95% would overlap; 90% is inside
@@ -411,7 +411,7 @@ def test_document_is_stored_and_inspect_prints_the_same(
     assert cli.main(["compare", c, b, "--policy", str(p), "--store", str(store.root), "--json"]) == 3
     js = json.loads(capsys.readouterr().out)
     assert js["id"] == doc_id and js["decisions"][0]["outcome"] == "INSUFFICIENT_EVIDENCE"
-    assert js["criteria"]["ok"]["printed"] == {"estimate": "+0.0", "low": "-22.9", "high": "+22.9"}
+    assert js["criteria"]["ok"]["printed"] == {"estimate": "+0.0", "low": "-24.8", "high": "+24.8"}
 
 
 def test_baseline_from_a_run_record_file(store: Store, tmp_path: Path) -> None:
@@ -523,7 +523,7 @@ def test_cli_unknown_runs_and_different_systems_exit_2(
 def test_example_walkthrough_compare(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """README walk-through: raise token_budget to 120, run, compare → every rate ±22.9, every mean ±27.6, BLOCK."""
+    """README walk-through: raise token_budget to 120, run, compare → every rate ±24.8, every mean ±33.6, BLOCK."""
     ex = tmp_path / "support_rag"
     shutil.copytree(EXAMPLE, ex, ignore=shutil.ignore_patterns(".oloproof", "__pycache__", ".pytest_cache"))
     first = oloproof("run", "-q", "-p", "no:cacheprovider", cwd=ex)
@@ -537,13 +537,13 @@ def test_example_walkthrough_compare(
     assert cli.main(["compare", new, old, "--policy", "compare.yaml"]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Comparison sha256:") and lines[0].endswith(f"of {new} against {old} · 13 paired cases")
-    for name in ("answer_correct", "hit_rate_at_2", "citations_valid"):  # rates: Tango
-        assert f"{name}: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
-    for name in ("recall_at_2", "ndcg_at_6"):  # graded means: the paired betting interval
-        assert f"{name}: +0.0 points [-27.6, +27.6] · 13 paired · 0 missing · 0 excluded" in lines
+    for name in ("answer_correct", "hit_rate_at_2", "citations_valid"):  # rates: the exact paired interval
+        assert f"{name}: +0.0 points [-24.8, +24.8] · 13 paired · 0 missing · 0 excluded" in lines
+    for name in ("recall_at_2", "ndcg_at_6"):  # graded means: the paired betting mixture
+        assert f"{name}: +0.0 points [-33.6, +33.6] · 13 paired · 0 missing · 0 excluded" in lines
     assert (
         "answer_correct: 13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
-        "about 73 would be needed with no changed verdicts"
+        "about 72 would be needed with no changed verdicts"
     ) in lines
     assert lines[-4:] == [
         "Decisions",

@@ -87,8 +87,8 @@ def test_block_exits_3_even_when_every_case_passes(pytester: pytest.Pytester, mo
     result.stdout.fnmatch_lines(
         [
             f"Comparison sha256:* of run_* against {baseline} · 40 paired cases",
-            "ok: +0.0 points [[]-8.8, +8.8[]] · 40 paired · 0 missing · 0 excluded",
-            "ok: 40 paired cases cannot establish non-inferiority at a 5.0-point margin; about 73 would be needed*",
+            "ok: +0.0 points [[]-8.9, +8.9[]] · 40 paired · 0 missing · 0 excluded",
+            "ok: 40 paired cases cannot establish non-inferiority at a 5.0-point margin; about 72 would be needed*",
             "Decisions",
             "  not-worse  ok  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  interval_overlaps_margin",
             "Gate: BLOCK (exit 3)",

@@ -42,7 +42,7 @@ def _draws(draw: Callable[[np.random.Generator, tuple[int, int]], np.ndarray], n
     return draw(np.random.default_rng(seed), (REPS, n))
 
 
-def test_betting_keeps_95_percent_where_bca_did_not() -> None:
+def test_mixture_keeps_95_percent_where_bca_did_not() -> None:
     # nDCG of a good retriever: mass near 1, 13 cases (the example's size)
     x = _draws(lambda r, s: r.beta(8, 1, s), 13, seed=1)
     truth = 8 / 9
@@ -50,7 +50,7 @@ def test_betting_keeps_95_percent_where_bca_did_not() -> None:
     low, high = _bca(x, np.random.default_rng(2))
     old = float(np.mean((low <= truth) & (truth <= high)))
     assert new >= 0.94
-    assert old < 0.94  # the method used before issue 13 breaks the promise here
+    assert old < 0.94  # the BCa bootstrap breaks the promise here
 
 
 @pytest.mark.parametrize(
@@ -62,14 +62,14 @@ def test_betting_keeps_95_percent_where_bca_did_not() -> None:
     ],
 )
 @pytest.mark.parametrize("n", [5, 13])
-def test_betting_coverage_cells(
+def test_mixture_coverage_cells(
     name: str, draw: Callable[[np.random.Generator, tuple[int, int]], np.ndarray], truth: float, n: int
 ) -> None:
     x = _draws(draw, n, seed=n)
     assert _coverage([mean_interval(row.tolist(), seed=i) for i, row in enumerate(x)], truth) >= 0.94, name
 
 
-def test_paired_betting_coverage_with_correlated_pairs() -> None:
+def test_paired_mixture_coverage_with_correlated_pairs() -> None:
     rng = np.random.default_rng(3)
     u = rng.random((REPS, 13))
     v = np.where(rng.random((REPS, 13)) < 0.7, u, rng.random((REPS, 13)))
@@ -79,7 +79,7 @@ def test_paired_betting_coverage_with_correlated_pairs() -> None:
     assert _coverage(ivs, truth) >= 0.94
 
 
-def test_cluster_betting_coverage_with_few_clusters() -> None:
+def test_cluster_mixture_coverage_with_few_clusters() -> None:
     # 3 clusters of 4 cases sharing a level: the cases are not 12 independent values
     rng = np.random.default_rng(4)
     level = np.repeat(rng.beta(5, 1, (REPS, 3)), 4, axis=1)
@@ -88,3 +88,47 @@ def test_cluster_betting_coverage_with_few_clusters() -> None:
     ivs = [mean_interval(row.tolist(), seed=i, clusters=clusters) for i, row in enumerate(x)]
     assert _coverage(ivs, 0.7) >= 0.94
     assert np.median([iv.width for iv in ivs]) > 0.5  # honest about having only 3 clusters
+
+
+def _unequal_clusters(rng: np.random.Generator, informative: bool) -> tuple[list[float], list[int], float]:
+    """40 clusters of 2 and one of 30, correlated within a cluster; with ``informative`` the large
+    cluster is harder (level 0.4 against 0.8), so the mean over cases differs from the mean of the
+    cluster means. Returns values, cluster keys and the true mean over cases."""
+    sizes = [2] * 40 + [30]
+    values: list[float] = []
+    keys: list[int] = []
+    total = 0.0
+    for j, k in enumerate(sizes):
+        level = 0.4 if informative and k == 30 else 0.8
+        shared = rng.random() < level  # half of each cluster's cases share one draw
+        own = rng.random(k) < level
+        values += [float(shared if i % 2 else o) for i, o in enumerate(own)]
+        keys += [j] * k
+        total += k * level
+    return values, keys, total / sum(sizes)
+
+
+@pytest.mark.parametrize("informative", [False, True])
+def test_cluster_mixture_coverage_with_one_large_cluster(informative: bool) -> None:
+    rng = np.random.default_rng(5 + informative)
+    hits, widths = 0, []
+    for _ in range(200):
+        x, keys, truth = _unequal_clusters(rng, informative)
+        iv = mean_interval(x, clusters=keys)
+        hits += iv.low <= truth <= iv.high
+        widths.append(iv.width)
+    assert hits / 200 >= 0.95
+
+
+def test_one_large_cluster_does_not_inflate_the_interval() -> None:
+    """99 clusters of 4 and one of 50: every cluster's bet was scaled by the largest cluster, which
+    widened the interval from about 0.13 to 0.73; the bets no longer scale with the largest cluster (about 0.28)."""
+    rng = np.random.default_rng(9)
+    level = rng.beta(4, 2, 100)
+    sizes = [4] * 99 + [50]
+    x = [float(rng.random() < level[j]) for j, k in enumerate(sizes) for _ in range(k)]
+    keys = [j for j, k in enumerate(sizes) for _ in range(k)]
+    small = mean_interval(x[: 99 * 4], clusters=keys[: 99 * 4])
+    big = mean_interval(x, clusters=keys)
+    assert big.method == small.method == "cluster-mixture"
+    assert big.width < 0.35 and big.width < 2 * small.width

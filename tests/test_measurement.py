@@ -157,12 +157,12 @@ ORDERS = [
 ]
 
 
-def test_graded_mean_gets_a_seeded_betting_interval_recorded_in_the_run(pytester: pytest.Pytester) -> None:
+def test_graded_mean_gets_the_mixture_interval_recorded_in_the_run(pytester: pytest.Pytester) -> None:
     _graded(pytester, ORDERS, extra="seed: 7\n")
     r1, rep1 = report(pytester, "--oloproof-cache=off", name="r1.json")
     r2, rep2 = report(pytester, "--oloproof-cache=off", name="r2.json")
     m1, m2 = rep1["metrics"]["ndcg_at_3"], rep2["metrics"]["ndcg_at_3"]
-    assert m1["method"] == "betting" and rep1["seed"] == 7
+    assert m1["method"] == "mixture" and rep1["seed"] == 7
     assert (m1["low"], m1["high"]) == (m2["low"], m2["high"])
     assert row(r1, "ndcg_at_3") == row(r2, "ndcg_at_3")
     assert m1["low"] < m1["value"] < m1["high"]
@@ -196,7 +196,7 @@ def test_all_equal_graded_values_and_n1_mean_never_get_zero_width(pytester: pyte
     assert m["value"] < 1 and m["low"] < m["value"] < m["high"]
     assert m["note"] == "all values equal"
     out = "\n".join(section(result))
-    assert "ndcg_at_3: interval betting (all values equal)" in out
+    assert "ndcg_at_3: interval mixture (all values equal)" in out
 
 
 def test_clusters_are_the_units_and_the_table_says_so(pytester: pytest.Pytester) -> None:
@@ -212,7 +212,7 @@ def test_clusters_are_the_units_and_the_table_says_so(pytester: pytest.Pytester)
     make_project(pytester, cases, [ANSWER])
     result, rep = report(pytester)
     m = rep["metrics"]["answer_correct"]
-    assert m["clustered"] is True and m["method"] == "cluster-betting" and "3 clusters" in m["note"]
+    assert m["clustered"] is True and m["method"] == "cluster-mixture" and "3 clusters" in m["note"]
     assert m["low"] <= 0.5  # 8/12 passes but only 3 clusters: a wide interval
     assert "Intervals treat whole clusters (metadata.cluster) as the independent units." in section(result)
 

@@ -70,7 +70,7 @@ def test_equivalence_reads_the_one_minus_two_alpha_interval() -> None:
 
 
 def test_pairs_needed_per_rule() -> None:
-    assert NonInferiority().pairs_needed(5.0, 0.95) == 73 == pairs_needed_without_change(0.05, 0.95)
+    assert NonInferiority().pairs_needed(5.0, 0.95) == 72 == pairs_needed_without_change(0.05, 0.95)
     assert NonInferiority().pairs_needed(2.0, 0.95) == pairs_needed_without_change(0.02, 0.95)
     assert Equivalence().pairs_needed(5.0, 0.95) == pairs_needed_without_change(0.05, 0.90)
     assert Superiority().pairs_needed(0.0, 0.95) is None  # unchanged verdicts never show superiority

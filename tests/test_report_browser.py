@@ -336,7 +336,7 @@ def test_comparison_page_shows_block(example_site: Site, open_page: Any, tmp_pat
         "INSUFFICIENT_EVIDENCE" in d and "interval_overlaps_margin" in d for d in decisions
     )
     assert page.locator("svg.forest line.margin").count() == 2  # the two decisions' margins
-    assert "about 73 would be needed with no changed verdicts" in page.locator("main").inner_text()
+    assert "about 72 would be needed with no changed verdicts" in page.locator("main").inner_text()
     shot(opened, tmp_path, "comparison")
     opened.check_clean()
 

@@ -193,7 +193,7 @@ def test_example_first_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
     assert row(result, "answer_correct")[1:] == ["69.2%", "[38.5%, 91.0%]", "9 / 13 observed · 0 missing · 0 excluded"]
     cells = row(result, "hit_rate_at_2")  # a rate: Clopper-Pearson
     assert cells[1] == "92.3%" and cells[2].startswith("[63.9%, ") and cells[3].startswith("12 / 13 observed")
-    cells = row(result, "recall_at_2")  # a mean, though its values here are 0/1: betting
+    cells = row(result, "recall_at_2")  # a mean, though its values here are 0/1: the mixture
     assert cells[1] == "0.923" and cells[3] == "mean of 13 observed · 0 missing · 0 excluded"
     ndcg = row(result, "ndcg_at_6")
     assert ndcg[3] == "mean of 13 observed · 0 missing · 0 excluded"
@@ -205,7 +205,7 @@ def test_example_first_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
     assert "Stages: retrieve 0 hit/13 miss; generate 0 hit/13 miss" in lines
     runs = list((project / ".oloproof" / "runs").iterdir())
     record = json.loads((runs[0] / "run.json").read_text(encoding="utf-8"))
-    assert record["metrics"]["ndcg_at_6"]["method"] == "betting" and "seed" in record
+    assert record["metrics"]["ndcg_at_6"]["method"] == "mixture" and "seed" in record
 
 
 def test_slice_lines_wrap_and_say_insufficient_support() -> None:

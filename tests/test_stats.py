@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import itertools
 import math
-from functools import cache
 
 import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_oloproof import betting
 from pytest_oloproof.stats import (
     Interval,
     clopper_pearson,
@@ -18,6 +16,7 @@ from pytest_oloproof.stats import (
     mean_interval,
     mean_pairs_needed_without_change,
     paired_mean_diff_interval,
+    paired_rate_interval,
     pairs_needed_without_change,
     rate_interval,
     round_outward,
@@ -115,7 +114,7 @@ def test_clopper_pearson_coverage_simulation(n: int, p: float) -> None:
 def test_rate_interval_clustered_all_equal_is_wide_with_three_clusters() -> None:
     clusters = ["a"] * 5 + ["b"] * 5 + ["c"] * 3
     iv = rate_interval([1] * 13, clusters=clusters)
-    assert iv.method == "cluster-betting" and "3 clusters" in (iv.note or "")
+    assert iv.method == "cluster-mixture" and "3 clusters" in (iv.note or "")
     assert iv.width > 0 and "all values equal" in (iv.note or "")
     # 3 clusters are weaker evidence than 13 cases, and not much stronger than 3 cases
     assert iv.low < rate_interval([1] * 13).low
@@ -129,13 +128,13 @@ def test_rate_interval_clusters_none_entries_are_singletons() -> None:
     assert (one.low, one.high, one.note) == (0.0, 1.0, "fewer than 2 clusters")
 
 
-def test_rate_interval_cluster_betting_widens_on_clustered_data() -> None:
+def test_rate_interval_cluster_mixture_widens_on_clustered_data() -> None:
     # 8 clusters of 6 identical verdicts: effectively 8 observations, not 48
     values = [v for v in (1, 1, 1, 0, 1, 0, 1, 1) for _ in range(6)]
     clusters = [g for g in range(8) for _ in range(6)]
     plain = rate_interval(values)
     clustered = rate_interval(values, clusters=clusters, seed=3)
-    assert clustered.method == "cluster-betting"
+    assert clustered.method == "cluster-mixture"
     assert clustered.width > 1.2 * plain.width
     assert clustered.low <= plain.low and clustered.high >= plain.high
     assert rate_interval(values, clusters=clusters, seed=3) == clustered
@@ -145,93 +144,96 @@ def test_rate_interval_clustered_never_narrower_than_exact() -> None:
     values, clusters = [1] * 12 + [0], [*range(11), 11, 11]
     clustered = rate_interval(values, clusters=clusters)
     exact = rate_interval(values)
-    assert clustered.method == "cluster-betting"
+    assert clustered.method == "cluster-mixture"
     assert clustered.low <= exact.low and clustered.high >= exact.high
 
 
 # ------------------------------------------------------------------------- means
 
 
-def _reference_wealth(x: list[float], m: float, alpha: float, up: bool, sizes: list[float] | None = None) -> float:
-    """The hedged-capital wealth of WSR 2024, one side, written as a plain loop from the paper:
-    the largest running wealth of betting up (or down) against mean m with predictable plug-in
-    bets sqrt(2 log(2/alpha) / (n sigma2_{i-1})) truncated at c/m (or c/(1-m)). With ``sizes``,
-    ``x`` holds cluster sums and each bet pays (sum - m * size) / largest size."""
-    n, c = len(x), betting.TRUNCATION
-    sizes = sizes or [1.0] * n
-    top = max(sizes)
-    mu_sum, var_sum, var_prev, wealth, best = 0.0, 0.0, 0.25, 1.0, 1.0
-    for i, (si, ni) in enumerate(zip(x, sizes, strict=True), start=1):
-        lam = math.sqrt(2 * math.log(2 / alpha) / (n * var_prev))
-        cap = c / m if up else c / (1 - m)
-        bet = min(lam, cap)
-        pay = (si - m * ni) / top
-        wealth *= 1 + bet * pay if up else 1 - bet * pay
-        best = max(best, wealth)
-        xi = si / ni  # the variance estimate reads cluster means
-        mu_sum += xi
-        mu = (0.5 + mu_sum) / (i + 1)
-        var_sum += (xi - mu) ** 2
-        var_prev = (0.25 + var_sum) / (i + 1)
-    return best
+def _reference_capital(y: list[float], m: float, alpha: float) -> float:
+    """The mean of the 20 capitals of SPEC §7, written as a plain loop: for f = j/21, j = 1..20,
+    the product over the values of (1 − f + f·y/m), averaged over j."""
+    total = 0.0
+    for j in range(1, 21):
+        f, cap = j / 21, 1.0
+        for v in y:
+            cap *= 1 - f + f * v / m
+        total += cap
+    return total / 20
 
 
-def _check_bounds_against_reference(x: list[float], sizes: list[float] | None = None) -> None:
-    top = max(sizes) if sizes else 1.0
-    arr = np.array([x]) / top
-    size = np.array([sizes]) / top if sizes else np.ones_like(arr)
-    low, high = betting.betting_bounds(arr, size, 0.05)
-    lo, hi = float(low[0]), float(high[0])
-
-    def wealth(m: float, up: bool) -> float:
-        return _reference_wealth(x, m, 0.05, up, sizes)
-
-    # each bound is where the wealth crosses 2/alpha: rejected just outside, kept just inside
-    if lo > 1e-6:
-        assert wealth(lo - 1e-6, True) >= 40.0 > wealth(lo + 1e-6, True)
-    else:
-        assert wealth(1e-6, True) < 40.0
-    if hi < 1 - 1e-6:
-        assert wealth(hi + 1e-6, False) >= 40.0 > wealth(hi - 1e-6, False)
-    else:
-        assert wealth(1 - 1e-6, False) < 40.0
+def _check_mixture_against_reference(x: list[float]) -> None:
+    iv = mean_interval(x)
+    assert iv.method == "mixture"
+    flip = [1 - v for v in x]
+    # each bound is where the mean capital crosses 2/alpha: rejected just outside, kept just inside
+    if iv.low > 1e-6:
+        assert _reference_capital(x, iv.low - 1e-7, 0.05) >= 40.0 > _reference_capital(x, iv.low + 1e-7, 0.05)
+    if iv.high < 1 - 1e-6:
+        m = 1 - iv.high
+        assert _reference_capital(flip, m - 1e-7, 0.05) >= 40.0 > _reference_capital(flip, m + 1e-7, 0.05)
 
 
-def test_betting_bounds_match_a_loop_written_from_the_paper() -> None:
-    x = [0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5]
-    low, high = betting.betting_bounds(np.array([x]), np.ones((1, len(x))), 0.05)
-    assert 0.0 < low[0] < np.mean(x) < high[0] < 1.0
-    _check_bounds_against_reference(x)
+#: The example's ndcg_at_6 values (examples/support_rag): ten 1s, two 1/log2(3), one 0.
+EXAMPLE_NDCG = [1.0] * 10 + [1 / math.log2(3)] * 2 + [0.0]
 
 
-@pytest.mark.parametrize("seed", range(6))
-def test_betting_bounds_match_the_loop_on_random_samples(seed: int) -> None:
+def test_mixture_reproduces_the_page_figures() -> None:
+    iv = mean_interval(EXAMPLE_NDCG)
+    assert round(float(np.mean(EXAMPLE_NDCG)), 3) == 0.866
+    assert round_outward(iv.low, iv.high, 3) == (0.506, 0.990)
+    diff = paired_mean_diff_interval([0.0] * 13)
+    assert round_outward(100 * diff.low, 100 * diff.high, 1) == (-33.6, 33.6)
+
+
+def test_mixture_bounds_match_a_loop_written_from_the_spec() -> None:
+    _check_mixture_against_reference(EXAMPLE_NDCG)
+    _check_mixture_against_reference([0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mixture_bounds_match_the_loop_on_random_samples(seed: int) -> None:
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 60))
     draws = [rng.beta(8, 1, n), rng.beta(0.3, 0.3, n), rng.binomial(3, 0.7, n) / 3.0]
-    _check_bounds_against_reference(draws[seed % 3].tolist())
-    # clusters of random sizes: cluster sums and sizes
-    sizes = rng.integers(1, 6, size=int(rng.integers(2, 12))).astype(float)
-    sums = [float(rng.beta(4, 2, int(k)).sum()) for k in sizes]
-    _check_bounds_against_reference(sums, sizes.tolist())
+    _check_mixture_against_reference(draws[seed % 3].tolist())
 
 
-def test_mean_interval_is_seeded_betting() -> None:
-    x = [0.2, 0.9, 0.55, 0.7, 1.0, 0.35, 0.8, 0.6, 0.95, 0.4, 0.75, 0.85, 0.5]
-    iv = mean_interval(x, seed=7)
-    assert iv.method == "betting" and iv.note is None
-    assert mean_interval(x, seed=7) == iv  # deterministic for a seed
-    assert mean_interval(x, seed=8) != iv  # the seed orders the bets
-    assert iv.low < np.mean(x) < iv.high
-    order = np.random.default_rng(7).permutation(len(x))
-    ref = betting.betting_bounds(np.array([x])[:, order], np.ones((1, len(x))), 0.05)
-    assert (iv.low, iv.high) == pytest.approx((float(ref[0][0]), float(ref[1][0])), abs=1e-12)
+def test_mixture_never_excludes_its_mean_and_ignores_order() -> None:
+    """A seeded battery (skewed, bimodal, three-valued, sorted runs of zeros first): no interval
+    excludes its own sample mean, and shuffling or reversing the values changes nothing."""
+    rng = np.random.default_rng(20261201)
+    # the issue's case: 20 ones, 13 zeros and one 0.5 (mean 0.603), zeros first
+    samples = [[0.0] * 13 + [0.5] + [1.0] * 20]
+    for i in range(120):
+        n = int(rng.integers(2, 100))
+        kind = i % 4
+        x = [rng.beta(8, 1, n), rng.beta(0.3, 0.3, n), rng.binomial(2, 0.6, n) / 2.0, np.sort(rng.random(n))][kind]
+        samples.append(x.tolist())
+    for x in samples:
+        iv = mean_interval(x)
+        assert iv.low <= float(np.mean(x)) <= iv.high, x
+        for order in (x[::-1], rng.permutation(x).tolist()):
+            assert mean_interval(order) == iv
 
 
-def test_mean_interval_zero_one_values_of_a_mean_stay_betting() -> None:
+def test_mean_interval_is_monotone_in_every_value() -> None:
+    rng = np.random.default_rng(3)
+    for n in (5, 13, 40, 150):  # the mixture below 100 values, Gaffke's bound from there
+        x = rng.beta(2, 1, n)
+        iv = mean_interval(x.tolist(), seed=1)
+        for i in rng.choice(n, size=min(n, 6), replace=False):
+            up = x.copy()
+            up[i] = min(1.0, up[i] + 0.2)
+            bigger = mean_interval(up.tolist(), seed=1)
+            assert bigger.low >= iv.low and bigger.high >= iv.high
+
+
+def test_mean_interval_zero_one_values_of_a_mean_stay_the_mixture() -> None:
     # an MRR whose values happen to be 0/1 is still a mean: no Clopper-Pearson shortcut
     iv = mean_interval([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 1.0])
-    assert iv.method == "betting"
+    assert iv.method == "mixture"
 
 
 @pytest.mark.parametrize(
@@ -264,19 +266,19 @@ def test_mean_interval_width_near_the_t_interval_at_large_n() -> None:
     x = rng.uniform(size=500)
     iv = mean_interval(x.tolist())
     half = stats.t.ppf(0.975, 499) * x.std(ddof=1) / math.sqrt(500)
-    assert iv.method == "gaffke"  # from 100 cases; the betting interval measured about 1.23x here
+    assert iv.method == "gaffke"  # from 100 cases
     assert iv.low < x.mean() < iv.high
     assert 2 * half < iv.width < 1.1 * 2 * half
 
 
-def test_mean_interval_cluster_betting_widens() -> None:
+def test_mean_interval_cluster_mixture_widens() -> None:
     rng = np.random.default_rng(11)
     centres = [0.2, 0.9, 0.5, 0.8, 0.3]
     x = [min(1.0, max(0.0, c + rng.normal(0, 0.01))) for c in centres for _ in range(8)]
     clusters = [f"doc{g}" for g in range(5) for _ in range(8)]
     plain = mean_interval(x)
     clustered = mean_interval(x, clusters=clusters, seed=0)
-    assert plain.method == "betting" and clustered.method == "cluster-betting"
+    assert plain.method == "mixture" and clustered.method == "cluster-mixture"
     assert clustered.note == "5 clusters"
     assert clustered.width > 2 * plain.width
     assert clustered == mean_interval(x, clusters=clusters, seed=0)
@@ -284,13 +286,13 @@ def test_mean_interval_cluster_betting_widens() -> None:
 
 def test_mean_interval_few_clusters_are_wide() -> None:
     iv = mean_interval([0.7] * 6, clusters=["a", "a", "b", "b", "c", "c"])
-    assert iv.method == "cluster-betting" and iv.note == "all values equal; 3 clusters"
+    assert iv.method == "cluster-mixture" and iv.note == "all values equal; 3 clusters"
     assert iv.width > 0.5 and iv.low <= 0.7 <= iv.high
     one = mean_interval([0.1, 0.9], clusters=["a", "a"])
     assert (one.low, one.high, one.note) == (0.0, 1.0, "fewer than 2 clusters")
 
 
-# ------------------------------------------------------------------------- Tango
+# -------------------------------------------- Tango (the benchmark's old paired-rate method)
 
 
 def test_tango_no_discordant_pairs_closed_form() -> None:
@@ -340,53 +342,31 @@ def test_tango_edges() -> None:
         tango_interval(8, 8, 13)
 
 
-def _paired_cells(p1: float, p2: float, rho: float) -> list[float]:
-    """Probabilities of (both pass, candidate only, baseline only, neither)."""
-    p11 = p1 * p2 + rho * math.sqrt(p1 * (1 - p1) * p2 * (1 - p2))
-    return [p11, p1 - p11, p2 - p11, 1 - p1 - p2 + p11]
-
-
-@cache
-def _tango_cached(b: int, c: int, n: int) -> tuple[float, float]:
-    iv = tango_interval(b, c, n)
-    return iv.low, iv.high
-
-
-@pytest.mark.parametrize("n", [13, 50, 200])
-@pytest.mark.parametrize("p1,p2,rho", [(0.7, 0.7, 0.5), (0.8, 0.7, 0.3), (0.6, 0.5, 0.2), (0.5, 0.5, 0.0)])
-def test_tango_coverage_simulation(n: int, p1: float, p2: float, rho: float) -> None:
-    rng = np.random.default_rng(1998 + n)
-    counts = rng.multinomial(n, _paired_cells(p1, p2, rho), size=4000)
-    delta = p1 - p2
-    hits = [lo <= delta <= hi for lo, hi in (_tango_cached(int(b), int(c), n) for _, b, c, _ in counts)]
-    assert np.mean(hits) >= 0.94
-
-
 # ------------------------------------------------------------------ paired means
 
 
 def test_paired_mean_diff_all_zero_is_wide() -> None:
     iv = paired_mean_diff_interval([0.0] * 13)
-    tango = tango_interval(0, 0, 13)
-    assert iv.method == "paired-betting" and "all differences equal" in (iv.note or "")
+    exact = paired_rate_interval(0, 0, 13)
+    assert iv.method == "paired-mixture" and "all differences equal" in (iv.note or "")
     assert iv.low == pytest.approx(-iv.high, abs=1e-9)  # symmetric: nothing changed
-    assert iv.high > tango.high  # a graded difference is weaker evidence than a verdict
+    assert iv.high > exact.high  # a graded difference is weaker evidence than a verdict
     shifted = paired_mean_diff_interval([0.9] * 13)
     assert shifted.low < 0.9 < shifted.high <= 1.0
     big = paired_mean_diff_interval([0.0] * 40)
     assert 0 < big.width < iv.width
 
 
-def test_paired_mean_diff_is_betting_on_the_shifted_scale() -> None:
+def test_paired_mean_diff_is_the_mixture_on_the_shifted_scale() -> None:
     rng = np.random.default_rng(5)
     small = rng.uniform(-0.3, 0.4, size=12)
     iv = paired_mean_diff_interval(small.tolist(), seed=2)
     ref = mean_interval(((small + 1) / 2).tolist(), seed=2)
-    assert iv.method == "paired-betting"
+    assert iv.method == "paired-mixture"
     assert (iv.low, iv.high) == pytest.approx((2 * ref.low - 1, 2 * ref.high - 1), abs=1e-12)
     assert iv.low < small.mean() < iv.high
     clustered = paired_mean_diff_interval(small.tolist(), clusters=[i // 4 for i in range(12)])
-    assert clustered.method == "paired-cluster-betting" and clustered.width > iv.width
+    assert clustered.method == "paired-cluster-mixture" and clustered.width > iv.width
     assert paired_mean_diff_interval([]).note == "no observations"
     # the shifted scale's "all values equal" is the differences' note, said once
     same = paired_mean_diff_interval([0.0] * 12, clusters=[i // 4 for i in range(12)])
@@ -400,7 +380,7 @@ def test_mean_pairs_needed_without_change() -> None:
     for margin in (0.05, 0.1, 0.3):
         n = mean_pairs_needed_without_change(margin)
         assert paired_mean_diff_interval([0.0] * n).low > -margin >= paired_mean_diff_interval([0.0] * (n - 1)).low
-        assert n > pairs_needed_without_change(margin)  # more than Tango needs for verdicts
+        assert n > pairs_needed_without_change(margin)  # more than the exact interval needs for verdicts
     assert mean_pairs_needed_without_change(0.05) > 13
 
 
@@ -419,7 +399,7 @@ def test_kappa_interval_never_zero_width_and_contains_the_estimate() -> None:
 def test_kappa_interval_contains_kappa_of_every_table_in_the_confidence_box() -> None:
     # brute force: tables whose agreement and pass rates lie in the three Clopper-Pearson
     # intervals must have their kappa inside the interval (the cell bounds never cut inside)
-    agree, a_pass, b_pass, n = 8, 5, 4, 10
+    agree, a_pass, b_pass, n = 9, 5, 4, 10
     iv = kappa_interval(agree, a_pass, b_pass, n)
     each = 1 - 0.05 / 3
     (o_lo, o_hi), (a_lo, a_hi), (b_lo, b_hi) = (clopper_pearson(k, n, each) for k in (agree, a_pass, b_pass))
@@ -446,13 +426,36 @@ def test_kappa_interval_coverage_simulation() -> None:
     assert hits / 500 >= 0.95
 
 
-def test_pairs_needed_without_change() -> None:
-    assert pairs_needed_without_change(0.05) == 73
-    for margin in (0.05, 0.02, 0.1, 0.2281):
-        n = pairs_needed_without_change(margin)
-        assert tango_interval(0, 0, n).high < margin <= tango_interval(0, 0, n - 1).high
-    assert pairs_needed_without_change(0.2281) == 13  # 13 pairs give ±0.22810
-    assert pairs_needed_without_change(0.228) == 14
+# ------------------------------------------------------------------ input validation
+
+
+@pytest.mark.parametrize(
+    "call,fragment",
+    [
+        (lambda: mean_interval([0.5, "0.7"]), r"scores\[1\] is '0.7' \(str\), not a number"),
+        (lambda: mean_interval("0.5"), "got the string '0.5'; pass a list of floats"),
+        (lambda: mean_interval([0.5, True]), r"scores\[1\] is True \(bool\).*use 1.0/0.0"),
+        (lambda: mean_interval([0.5, math.nan]), r"scores\[1\] is nan; scores must be finite numbers in \[0.0, 1.0\]"),
+        (lambda: rate_interval([1, np.bool_(False)]), r"pass/fail values\[1\] is .*bool"),
+        (lambda: paired_mean_diff_interval([0.1, None]), r"differences\[1\] is None \(NoneType\)"),
+        (lambda: mean_interval([0.5, 0.7], clusters=["a", math.nan]), r"clusters\[1\] is NaN.*use None"),
+        (lambda: rate_interval([1, 0], clusters=[float("nan"), "a"]), r"clusters\[0\] is NaN"),
+        (lambda: kappa_interval(8, 5, 4, 10), "no 2x2 table has 8 agreements of 10 items"),
+        (lambda: kappa_interval(1, 9, 9, 10), "no 2x2 table has 1 agreements"),
+        (lambda: kappa_interval(math.nan, 5, 4, 10), "agree must be a non-negative whole number"),
+        (lambda: kappa_interval(9, 4.5, 4, 10), "first_pass must be a non-negative whole number"),
+        (lambda: kappa_interval(9, 5, 4, "10"), "n must be a whole number of cases"),
+        (lambda: kappa_interval(True, 5, 4, 10), "agree must be a whole number of cases"),
+    ],
+)
+def test_inputs_are_refused_with_the_argument_and_the_fix(call: object, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        call()  # type: ignore[operator]
+
+
+def test_whole_floats_and_numpy_numbers_are_accepted() -> None:
+    assert kappa_interval(9.0, 5, 4, np.int64(10)) == kappa_interval(9, 5, 4, 10)  # type: ignore[arg-type]
+    assert mean_interval([np.float32(0.5), 1, 0.25]) == mean_interval([0.5, 1.0, 0.25])
 
 
 # ---------------------------------------------------------------- round_outward

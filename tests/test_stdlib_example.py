@@ -196,7 +196,7 @@ def test_the_walk_through(example: Path) -> None:
     compare = cli(example, "compare", new["run_id"], rid, "--policy", "compare.yaml")
     assert f"of {new['run_id']} against {rid} · 134 paired cases" in compare.stdout
     if exact:
-        assert "answer_correct: +2.2 points [-0.7, +6.4]" in compare.stdout
+        assert "answer_correct: +2.2 points [-1.2, +6.5]" in compare.stdout
         assert compare.stdout.rstrip().endswith("Gate: PASS (exit 0)") and compare.returncode == 0
 
 

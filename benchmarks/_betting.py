@@ -1,4 +1,6 @@
-"""Betting confidence intervals for bounded means (Waudby-Smith & Ramdas, JRSS-B 2024).
+"""The seeded random-order betting interval Oloproof used before the betting mixture, kept to benchmark against.
+
+Betting confidence intervals for bounded means (Waudby-Smith & Ramdas, JRSS-B 2024).
 
 "Estimating means of bounded random variables by betting", Ian Waudby-Smith and
 Aaditya Ramdas, Journal of the Royal Statistical Society Series B 86(1), 2024
