@@ -16,8 +16,10 @@ from pytest_oloproof.evaluators.base import ContextPassage, CriterionValue, Eval
 from pytest_oloproof.evaluators.judges import (
     GROUNDEDNESS_PROMPT_V1,
     JUDGE_TYPES,
+    AmbiguousVerdict,
     CitationSupportJudge,
     GroundednessJudge,
+    JudgeReplyError,
     claim_for,
     parse_verdict,
 )
@@ -205,6 +207,71 @@ def test_parse_verdict_tolerates_fences_and_surrounding_text() -> None:
     assert parse_verdict(fenced) == (False, "no {braces} here")
     assert parse_verdict('Verdict follows {"verdict": "pass", "rationale": "ok"} bye') == (True, "ok")
     assert parse_verdict('{"verdict": "pass"}') == (True, "")
+
+
+def test_one_clear_verdict_parses_wherever_it_stands() -> None:
+    assert parse_verdict('Here it is: {"verdict": "pass", "rationale": "ok"}, as asked.') == (True, "ok")
+    assert parse_verdict('{"meta": {"n": 1}, "rationale": "r", "verdict": "fail"}') == (False, "r")
+    assert parse_verdict('Unbalanced { prose { then {"verdict": "pass"}') == (True, "")
+    assert parse_verdict('{"verdict": "pass", "rationale": "the prompt said \\"verdict\\": pass"}')[0] is True
+
+
+AMBIGUOUS_REPLIES = {
+    "draft then a different final": 'Draft: {"verdict": "pass"}. On reflection: {"verdict": "fail", "rationale": "no"}',
+    "a fail then a fenced format example": '{"verdict": "fail", "rationale": "14 days is not stated"}\n'
+    'Format used:\n```json\n{"verdict": "pass" or "fail", "rationale": "..."}\n```',
+    "a pass nested in another object": '{"result": {"verdict": "pass", "rationale": "ok"}}',
+    "a pass inside an array": '[{"verdict": "pass"}]',
+    "a verdict inside the verdict": '{"verdict": "pass", "checks": [{"verdict": "fail"}]}',
+    "a duplicate key": '{"verdict": "pass", "verdict": "fail"}',
+    "a key written with a JSON escape": '{"\\u0076erdict": "fail"} {"verdict": "pass"}',
+    "a key in another case": '{"Verdict": "fail"} then {"verdict": "pass"}',
+    "a verdict nested after a string holding a brace": '{"note": "{", "final": {"verdict": "pass"}}',
+    "a Python-style draft": "{'verdict': 'fail'} -- no wait: {\"verdict\": \"pass\"}",
+}
+
+
+@pytest.mark.parametrize("content", AMBIGUOUS_REPLIES.values(), ids=AMBIGUOUS_REPLIES.keys())
+def test_a_reply_holding_more_than_one_verdict_is_missing_as_ambiguous(content: str) -> None:
+    with ScriptedServer([Reply.chat(content)]) as server:
+        grounded = http_judge(server).evaluate(case())
+        cited = http_judge(server, CitationSupportJudge).evaluate(case({"answer": "14 days.", "citations": ["kb-01"]}))
+    for value in (grounded, cited):
+        assert value.status == "missing" and value.value is None
+        assert value.reason == "ambiguous_verdict", value.reason
+        assert value.detail["message"]
+    assert len(server.requests) == 2  # a reply, not a transient failure: never asked again
+
+
+HUGE_REPLIES = {
+    "a mebibyte of {": ("{" * (1 << 20), "not a JSON verdict"),
+    "a mebibyte of { before a verdict": ("{" * (1 << 20) + '{"verdict": "pass"}', (True, "")),
+    "a mebibyte of [ around a verdict": ("[" * (1 << 20) + '{"verdict": "pass"}]', "ambiguous_verdict"),
+    "a verdict 50,000 objects deep": ('{"a":' * 50_000 + '{"verdict": "pass"}' + "}" * 50_000, "ambiguous_verdict"),
+}
+
+
+@pytest.mark.parametrize(("content", "outcome"), HUGE_REPLIES.values(), ids=HUGE_REPLIES.keys())
+def test_reading_a_mebibyte_reply_ends(content: str, outcome: Any) -> None:
+    """A hang guard, not a speed measurement (benchmarks/bench_verdict.py measures it: milliseconds).
+
+    Reading a verdict used to try a JSON parse at every `{`, each costing the length of the reply before
+    it: a mebibyte of braces ran for minutes. Judged on a thread, so the guard can give up on it."""
+    got: list[Any] = []
+
+    def read() -> None:
+        try:
+            got.append(parse_verdict(content))
+        except AmbiguousVerdict:
+            got.append("ambiguous_verdict")
+        except JudgeReplyError as exc:
+            got.append("not a JSON verdict" if "not a JSON verdict" in str(exc) else str(exc))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert got, "reading the verdict of a 1 MiB reply did not end within a minute"
+    assert got == [outcome]
 
 
 def test_concurrency_limit_per_provider() -> None:
