@@ -693,3 +693,27 @@ def test_default_prompt_is_versioned_and_values_are_not_re_rendered() -> None:
     GroundednessJudge(provider=provider).evaluate(case({"answer": "A {context}"}, tricky))
     sent = provider.calls[0]
     assert "literal {answer} in a passage" in sent and "A {context}" in sent
+
+
+def test_an_evaluator_returning_text_no_file_can_hold_costs_only_its_criterion(tmp_path: Path) -> None:
+    """Any evaluator, not only a judge: a lone surrogate in its value is a missing criterion, not a verdict
+    that breaks the case's record (and every other criterion of it) when it is written."""
+    from pytest_oloproof.cache import Caches
+    from pytest_oloproof.evaluation import judge_one
+    from pytest_oloproof.evaluators.base import Evaluator
+
+    class Odd(Evaluator):
+        type = "odd"
+        reads = frozenset({"output"})
+
+        def evaluate(self, x: EvalInput) -> CriterionValue:
+            return CriterionValue.observed(True, actual="half a pair: \ud800")
+
+    caches = Caches(tmp_path / "cache")
+    try:
+        value = judge_one(Odd("odd"), case(), caches)
+    finally:
+        caches.close()
+    assert value.status == "missing" and value.reason.startswith("evaluator_error: ValueError:")
+    assert "actual: '\\ud800' at character 13 is a lone surrogate, which no UTF-8 file can hold" in value.reason
+    json.dumps(value.to_json()).encode("utf-8")  # the missing value itself is storable

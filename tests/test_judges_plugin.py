@@ -238,3 +238,69 @@ def test_validate_judge_bad_input_exits_2_and_writes_nothing(pytester: pytest.Py
     assert not_judge.returncode == 2
     assert "'answer_correct' is not a judge criterion" in not_judge.stderr and "grounded" in not_judge.stderr
     assert not (pytester.path / ".store" / "judge_validations").exists()
+
+
+LONE_SURROGATE_CASES = "\n".join(
+    json.dumps(c)
+    for c in [
+        {
+            "id": "refund",
+            "input": {"q": "refund time"},
+            "expected": {"answer": "14 days", "relevant": [{"doc_id": "a"}]},
+        },
+        {
+            "id": "seats",
+            "input": {"q": "seat price"},
+            "expected": {"answer": "8 dollars", "relevant": [{"doc_id": "b"}]},
+        },
+    ]
+)
+
+
+@pytest.mark.parametrize("escaped", [True, False], ids=["escaped in the verdict", "raw in the reply"])
+def test_a_lone_surrogate_in_a_rationale_costs_only_that_judges_criterion(
+    pytester: pytest.Pytester, escaped: bool
+) -> None:
+    """`\\ud800` (no UTF-8 file can hold it) in one judge's rationale: that criterion is missing, with the
+    reason; the case's other criteria (a retrieval metric, another judge) are recorded, never internal_error."""
+    bad = '{"verdict": "pass", "rationale": "bad \\ud800 text"}' if escaped else None
+
+    def respond(req: Recorded) -> Reply:
+        if req.json()["model"] == "tiny":
+            return Reply.verdict("pass", rationale="fine")
+        if bad is not None:
+            return Reply.chat(bad)
+        return Reply(
+            200,
+            body=b'{"choices": [{"message": {"content": "{\\"verdict\\": \\"pass\\", '
+            b'\\"rationale\\": \\"bad \\ud800 text\\"}"}}]}',
+        )
+
+    with ScriptedServer(responder=respond) as server:
+        pytester.makepyfile(sys_judge_s=SYSTEM)
+        pytester.makefile(".jsonl", cases=LONE_SURROGATE_CASES)
+        pytester.makefile(
+            ".yaml",
+            oloproof=f"""
+system:
+  rag: {{object: "sys_judge_s:Judged"}}
+cases: cases.jsonl
+evaluators:
+  - {{type: recall, k: 1}}
+  - {{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: tiny, retries: 0}}
+  - {{type: groundedness_judge, criterion: grounded_b, provider: openai, base_url: '{server.base_url}',
+      model: broken, retries: 0}}
+store: .store
+""",
+        )
+        result = pytester.runpytest_subprocess("--oloproof", "--oloproof-report", "r.json", "-p", "no:cacheprovider")
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert len(report["cases"]) == 2, result.stdout.str()
+    for case in report["cases"]:
+        assert not case.get("error"), case["error"]
+        criteria = case["criteria"]
+        assert criteria["recall_at_1"] == {**criteria["recall_at_1"], "status": "observed", "value": 1.0}
+        assert criteria["grounded"]["status"] == "observed" and criteria["grounded"]["value"] == 1.0
+        broken = criteria["grounded_b"]
+        assert broken["status"] == "missing" and "lone surrogate" in broken["reason"], broken
+    assert "internal_error" not in result.stdout.str()

@@ -107,6 +107,11 @@ def parse_verdict(reply: str) -> tuple[bool, str]:
     rationale = obj.get("rationale", "")
     if not isinstance(rationale, str):
         rationale = json.dumps(rationale)
+    try:
+        rationale.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a JSON escape such as \ud800 decodes to text no file can hold
+        where = f"{exc.object[exc.start : exc.end]!r} at character {exc.start}"
+        raise JudgeReplyError(f"the rationale holds a lone surrogate ({where}), which no UTF-8 text can hold") from None
     return verdict.strip().lower() == "pass", rationale.strip()
 
 
