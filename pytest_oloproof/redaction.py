@@ -54,10 +54,11 @@ def register(value: str, name: str) -> None:
     placeholder = "${" + name + "}"
     global _pattern
     with _lock:
-        for form in _forms(value):
-            if form and len(form) >= MIN_SECRET_LENGTH:
-                _names.setdefault(form, placeholder)
-        _pattern = None
+        new = [form for form in _forms(value) if len(form) >= MIN_SECRET_LENGTH and form not in _names]
+        for form in new:
+            _names[form] = placeholder
+        if new:  # registering a known value again (a provider does, per call) keeps the compiled pattern
+            _pattern = None
 
 
 def register_expanded(original: str, expanded: str) -> None:

@@ -717,3 +717,82 @@ def test_an_evaluator_returning_text_no_file_can_hold_costs_only_its_criterion(t
     assert value.status == "missing" and value.reason.startswith("evaluator_error: ValueError:")
     assert "actual: '\\ud800' at character 13 is a lone surrogate, which no UTF-8 file can hold" in value.reason
     json.dumps(value.to_json()).encode("utf-8")  # the missing value itself is storable
+
+
+# --- one deadline per attempt, and a limit on the reply's size ----------------------------------
+
+
+@pytest.mark.parametrize("body_only", [False, True], ids=["status line, headers and body", "body"])
+def test_a_reply_dripped_byte_by_byte_is_timed_out_at_the_deadline(body_only: bool) -> None:
+    """Every byte arrives well within `timeout_s` of the one before (what httpx's own timeouts bound), but
+    the reply would take about 20 s: the attempt ends at its deadline, missing, never the dripped pass."""
+    reply = Reply.verdict("pass", drip_s=0.05, drip_body_only=body_only)
+    with ScriptedServer([reply]) as server:
+        value = http_judge(server, timeout_s=1.0, retries=0).evaluate(case())
+        (request,) = server.requests
+        assert request.answered.wait(ScriptedServer.PATIENCE_S)
+    assert value.status == "missing" and value.reason.startswith("judge_error: ProviderError:")
+    assert "timed out after 1s" in value.reason
+    assert not request.complete and request.sent < len(reply.encoded())  # the client hung up mid-reply
+
+
+def test_a_deadline_passed_is_retried_like_any_timeout() -> None:
+    with ScriptedServer([Reply.verdict("fail", drip_s=0.05), Reply.verdict("pass")]) as server:
+        judge = http_judge(server, timeout_s=1.0, retries=1)
+        value = judge.evaluate(case())
+    assert value.status == "observed" and value.value == 1.0
+    assert len(server.requests) == 2 and judge.sleeps == [0.5]
+    assert not server.requests[0].complete
+
+
+def test_a_reply_over_the_limit_is_refused_on_the_wire() -> None:
+    """A plain reply of 5 MiB: refused without a retry, whether its length is declared or not."""
+    from pytest_oloproof.providers import MAX_REPLY_BYTES
+
+    padding = "x" * (MAX_REPLY_BYTES + (1 << 20))
+    big = {"choices": [{"message": {"content": '{"verdict": "pass"}'}}], "padding": padding}
+    for declared in (True, False):
+        with ScriptedServer([Reply(200, body=big, length=declared)]) as server:
+            value = http_judge(server).evaluate(case())
+        assert value.status == "missing", value
+        assert "reply" in value.reason and f"{MAX_REPLY_BYTES:,} bytes" in value.reason and "refused" in value.reason
+        assert len(server.requests) == 1  # not asked again: the same reply would come back
+
+
+def test_a_gzip_bomb_is_refused_and_memory_stays_bounded() -> None:
+    """200 MiB of zeros in about 200 KiB of gzip: refused once decompressed past the limit, and reading it
+    never holds much more than the limit (measured with tracemalloc: every bytes object is counted)."""
+    import tracemalloc
+
+    from pytest_oloproof.providers import MAX_REPLY_BYTES
+    from tests.judge_server import gzip_bomb
+
+    bomb = gzip_bomb(200 << 20)
+    assert len(bomb) < MAX_REPLY_BYTES
+    with ScriptedServer([Reply(200, {"Content-Encoding": "gzip"}, bomb)]) as server:
+        judge = http_judge(server)
+        tracemalloc.start()
+        try:
+            value = judge.evaluate(case())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert value.status == "missing"
+    assert f"reply larger than {MAX_REPLY_BYTES:,} bytes once decompressed refused" in value.reason
+    assert peak < 3 * MAX_REPLY_BYTES, f"peak {peak / 2**20:.0f} MiB"
+    assert len(server.requests) == 1
+
+
+def test_a_compressed_reply_within_the_limit_is_read() -> None:
+    import gzip
+    import zlib
+
+    body = json.dumps({"choices": [{"message": {"content": '{"verdict": "fail", "rationale": "no"}'}}]}).encode()
+    for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        with ScriptedServer([Reply(200, {"Content-Encoding": encoding}, data)]) as server:
+            value = http_judge(server).evaluate(case())
+        assert value.status == "observed" and value.value == 0.0, (encoding, value)
+        assert server.requests[0].headers["Accept-Encoding"] == "gzip, deflate"
+    with ScriptedServer([Reply(200, {"Content-Encoding": "br"}, b"\x00\x01")]) as server:
+        value = http_judge(server).evaluate(case())
+    assert value.status == "missing" and "Content-Encoding 'br'" in value.reason

@@ -304,3 +304,53 @@ store: .store
         broken = criteria["grounded_b"]
         assert broken["status"] == "missing" and "lone surrogate" in broken["reason"], broken
     assert "internal_error" not in result.stdout.str()
+
+
+def test_ctrl_c_does_not_wait_for_a_dripped_reply(tmp_path: Path) -> None:
+    """A judge dripping its reply over about two minutes, asked ahead of the items (concurrency 2): after
+    Ctrl-C, the run records the case with the criterion missing (timed out at `timeout_s: 1`) and ends; it
+    never waits for the reply's last byte (what the server sees: the client hung up mid-reply)."""
+    import signal
+
+    (tmp_path / "sys_judge_drip.py").write_text(SYSTEM)
+    (tmp_path / "cases.jsonl").write_text(CASES + "\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    with ScriptedServer([Reply.verdict("pass", rationale="x" * 2000, drip_s=0.05)]) as server:
+        (tmp_path / "oloproof.yaml").write_text(
+            f"""
+system:
+  rag: {{object: "sys_judge_drip:Judged"}}
+cases: cases.jsonl
+concurrency: 2
+evaluators:
+  - {{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: m, retries: 0, timeout_s: 1}}
+store: .store
+"""
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            assert server.wait_for_requests(1) >= 1
+            proc.send_signal(signal.SIGINT)
+            out, _ = proc.communicate(timeout=60)  # the dripped reply takes about 110 s
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert all(r.answered.wait(ScriptedServer.PATIENCE_S) for r in server.requests)
+        assert not any(r.complete for r in server.requests), out
+    assert proc.returncode == 2, out  # interrupted
+    (run_dir,) = (tmp_path / ".store" / "runs").iterdir()
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    assert cases, out
+    for case in cases:
+        grounded = case["criteria"]["grounded"]
+        assert grounded["status"] == "missing" and "timed out after 1s" in grounded["reason"], grounded
