@@ -68,6 +68,31 @@ class Provider(Protocol):
         ...
 
 
+class _RedactingFilter(logging.Filter):
+    """Redacts a log record's text before any handler sees it (the filter of the HTTP libraries' loggers).
+
+    httpx logs every request's URL at INFO, and httpcore its response headers at DEBUG: a password in
+    `user:password@`, a token in the path or a key a server echoes would be printed by pytest's
+    `log_cli` and captured-log sections. Keeping credentials out of the URL would not cover a token in
+    the path or an echo; a filter on the libraries' own loggers covers every form the redactor knows.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if redaction.active():
+            text = record.getMessage()
+            redacted = redaction.redact(text)
+            if redacted != text:
+                record.msg, record.args = redacted, None
+        return True
+
+
+#: The loggers httpx and httpcore write to (a logger's filter sees only the records logged to it by name).
+_LIBRARY_LOGGERS = ("httpx", *(f"httpcore.{n}" for n in ("connection", "http11", "http2", "proxy", "socks")))
+_LOG_FILTER = _RedactingFilter()
+for _name in _LIBRARY_LOGGERS:
+    logging.getLogger(_name).addFilter(_LOG_FILTER)
+
+
 def _redact_url(url: str) -> str:
     """Drop any user:password part of a URL so it can be stored and shown."""
     parts = urlsplit(url)
