@@ -318,3 +318,48 @@ def test_the_http_libraries_own_log_lines_are_redacted(
     assert "/${TOKEN}/chat/completions" in out
     for form in _forms():
         assert form not in out, f"{form!r} leaked into the live log"
+
+
+QUOTED_SECRET = "p'w\"Gz5-Hj2\\Kl8"
+
+QUOTING = """
+import os
+
+def answer(input):
+    token = os.environ["TOKEN"]
+    if input["q"] == "boom":
+        raise RuntimeError(repr({"token": token}))
+    return {"answer": f"token {token}", "seen": [token], "nested": repr([token])}
+"""
+
+
+def test_a_secret_with_both_quotes_is_redacted_in_every_form_it_takes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value holding ' and " (and a backslash) is escaped by repr (\\' and \\\\) and by JSON (\\" and \\\\):
+    pytest's failure text and the JUnit XML show it in those forms, and each is redacted."""
+    monkeypatch.setenv("TOKEN", QUOTED_SECRET)
+    pytester.makepyfile(quoting_sys=QUOTING)
+    pytester.makefile(
+        ".jsonl",
+        cases='{"id": "fine", "input": {"q": "x"}, "expected": {"answer": "nope"}}\n'
+        '{"id": "boom", "input": {"q": "boom"}, "expected": {"answer": "ok"}}\n',
+    )
+    pytester.makefile(
+        ".yaml",
+        oloproof="system:\n  object: quoting_sys:answer\n  version: 'v-${TOKEN}'\ncases: cases.jsonl\n"
+        "evaluators:\n  - {type: contains, criterion: c}\nstore: .store\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "--oloproof", "--junitxml", "j.xml", "-o", "junit_logging=all", "-rA", "-p", "no:cacheprovider", "-vv"
+    )
+    assert result.ret == 1
+    out = result.stdout.str() + result.stderr.str()
+    junit = (pytester.path / "j.xml").read_text()
+    store = _all_text(pytester.path / ".store")
+    forms = {QUOTED_SECRET, repr(QUOTED_SECRET)[1:-1], json.dumps(QUOTED_SECRET)[1:-1], repr(repr(QUOTED_SECRET))}
+    forms |= {"Gz5-Hj2"}  # the middle of the value, in whatever form it is shown
+    for where, text in {"terminal": out, "JUnit XML": junit, "store": store}.items():
+        for form in forms:
+            assert form not in text, f"{form!r} leaked into the {where}"
+    assert "${TOKEN}" in out and "${TOKEN}" in junit
