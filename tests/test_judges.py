@@ -796,3 +796,22 @@ def test_a_compressed_reply_within_the_limit_is_read() -> None:
     with ScriptedServer([Reply(200, {"Content-Encoding": "br"}, b"\x00\x01")]) as server:
         value = http_judge(server).evaluate(case())
     assert value.status == "missing" and "Content-Encoding 'br'" in value.reason
+
+
+def _pieces(secret: str, size: int = 6) -> list[str]:
+    """Every run of `size` characters of a secret: what a cut through it would leave."""
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+@pytest.mark.parametrize("cut", [80, 200], ids=["verdict reply cut at 80", "error reply cut at 200"])
+def test_a_reply_echoing_the_key_is_redacted_before_it_is_cut(cut: int) -> None:
+    """The key straddles the point where the reply is cut for the missing reason: redacted first, no half of
+    it survives (the redactor no longer sees a key cut in two)."""
+    text = "Incorrect API key provided: ".ljust(cut - len(SECRET) // 2, ".") + SECRET + " -- check your settings."
+    reply = Reply.chat(text) if cut == 80 else Reply(400, body=text)
+    with ScriptedServer([reply]) as server:
+        value = http_judge(server).evaluate(case())
+    assert value.status == "missing" and "Incorrect API key provided" in value.reason, value.reason
+    shown = json.dumps(value.to_json())
+    for piece in _pieces(SECRET):
+        assert piece not in shown, f"{piece!r} of the key survived in {value.reason!r}"
