@@ -306,16 +306,16 @@ store: .store
     assert "internal_error" not in result.stdout.str()
 
 
-def test_ctrl_c_does_not_wait_for_a_dripped_reply(tmp_path: Path) -> None:
-    """A judge dripping its reply over about two minutes, asked ahead of the items (concurrency 2): after
-    Ctrl-C, the run records the case with the criterion missing (timed out at `timeout_s: 1`) and ends; it
-    never waits for the reply's last byte (what the server sees: the client hung up mid-reply)."""
+def _hostile_judge_run(tmp_path: Path, reply: Reply, signum: int) -> tuple[str, int, list[dict], list[Recorded]]:
+    """`pytest --oloproof` (concurrency 2: judges asked ahead, on judge threads) against a judge sending
+    `reply`, sent `signum` once the server answered its first request; (output, exit code, cases, requests).
+    The hostile replies take minutes the way they used to be read: the run must end within one."""
     import signal
 
     (tmp_path / "sys_judge_drip.py").write_text(SYSTEM)
     (tmp_path / "cases.jsonl").write_text(CASES + "\n")
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    with ScriptedServer([Reply.verdict("pass", rationale="x" * 2000, drip_s=0.05)]) as server:
+    with ScriptedServer([reply]) as server:
         (tmp_path / "oloproof.yaml").write_text(
             f"""
 system:
@@ -339,18 +339,45 @@ store: .store
         )
         try:
             assert server.wait_for_requests(1) >= 1
-            proc.send_signal(signal.SIGINT)
-            out, _ = proc.communicate(timeout=60)  # the dripped reply takes about 110 s
+            if not reply.drip_s:
+                assert server.requests[0].answered.wait(ScriptedServer.PATIENCE_S)
+            proc.send_signal(signum)
+            out, _ = proc.communicate(timeout=60)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
         assert all(r.answered.wait(ScriptedServer.PATIENCE_S) for r in server.requests)
-        assert not any(r.complete for r in server.requests), out
-    assert proc.returncode == 2, out  # interrupted
     (run_dir,) = (tmp_path / ".store" / "runs").iterdir()
     cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    return out, proc.returncode, cases, server.requests
+
+
+def test_ctrl_c_does_not_wait_for_a_dripped_reply(tmp_path: Path) -> None:
+    """A judge dripping its reply over about two minutes: after Ctrl-C the run records the case with the
+    criterion missing (timed out at `timeout_s: 1`) and ends; it never waits for the reply's last byte
+    (what the server sees: the client hung up mid-reply)."""
+    import signal
+
+    reply = Reply.verdict("pass", rationale="x" * 2000, drip_s=0.05)
+    out, code, cases, requests = _hostile_judge_run(tmp_path, reply, signal.SIGINT)
+    assert not any(r.complete for r in requests), out
+    assert code == 2, out  # interrupted
     assert cases, out
     for case in cases:
         grounded = case["criteria"]["grounded"]
         assert grounded["status"] == "missing" and "timed out after 1s" in grounded["reason"], grounded
+
+
+def test_sigterm_stops_a_run_whose_judge_sent_a_mebibyte_of_braces(tmp_path: Path) -> None:
+    """Reading a verdict from 1 MiB of `{` took minutes of CPU on a judge thread, and the interrupted run
+    waited for it: SIGTERM could not stop the run. It now takes milliseconds; the run ends, the criterion
+    missing (not a verdict)."""
+    import signal
+
+    out, code, cases, _ = _hostile_judge_run(tmp_path, Reply.chat("{" * (1 << 20)), signal.SIGTERM)
+    assert code in (1, 2), out  # failed (the run ended before the signal landed) or interrupted
+    assert cases, out
+    for case in cases:
+        grounded = case["criteria"]["grounded"]
+        assert grounded["status"] == "missing" and "not a JSON verdict" in grounded["reason"], grounded
