@@ -428,8 +428,10 @@ def _read_body(response: httpx.Response, limit: int, whole: bool = True) -> byte
         decoder = None
     elif encoding in ("gzip", "x-gzip", "deflate"):
         decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
-    else:
+    elif whole:
         raise _Refused(f"reply in Content-Encoding {encoding!r}, which Oloproof does not decode (it asks for gzip)")
+    else:
+        return b""  # an error reply's message cannot be read: the status says enough
     declared = response.headers.get("Content-Length", "")
     if whole and declared.isdigit() and int(declared) > limit:
         raise _Refused(f"reply of {int(declared):,} bytes refused (the limit is {limit:,} bytes)")
@@ -449,7 +451,8 @@ def _read_body(response: httpx.Response, limit: int, whole: bool = True) -> byte
             raise
         return b"".join(chunks)[:limit]
     except zlib.error as exc:
-        raise _Refused(f"reply is not valid {encoding} ({exc})") from None
+        if whole:
+            raise _Refused(f"reply is not valid {encoding} ({exc})") from None
     return b"".join(chunks)
 
 
