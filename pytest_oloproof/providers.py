@@ -5,7 +5,9 @@ Two kinds ship with Oloproof, chosen by `provider:` in the configuration:
 - ``openai`` — any OpenAI-compatible chat-completions endpoint over HTTP
   (OpenAI, vLLM, Ollama, LiteLLM, ...). The API key is read from a named
   environment variable at call time and is never stored, hashed, logged or
-  put in an exception message.
+  put in an exception message. Each attempt has one deadline (`timeout_s`,
+  for connecting, sending and every byte of the reply), and a reply is refused
+  past MAX_REPLY_BYTES on the wire or once decompressed.
 - ``python`` — ``object: module:function``, a callable ``fn(messages) -> str``
   (or an object that already implements the `Provider` protocol).
 
@@ -175,8 +177,8 @@ def check_base_url(base_url: Any) -> None:
 class OpenAIProvider:
     """An OpenAI-compatible chat-completions endpoint, with retries and a concurrency limit.
 
-    Retries (up to `retries` extra attempts) on 408/409/425/429, 5xx, timeouts and
-    connection errors, waiting `backoff_s * 2**attempt` or the server's
+    Retries (up to `retries` extra attempts) on 408/409/425/429, 5xx, timeouts (an
+    attempt past its `timeout_s` deadline) and connection errors, waiting `backoff_s * 2**attempt` or the server's
     `Retry-After` (seconds), never more than `max_backoff_s`. At most
     `concurrency` requests of this instance are in flight at once. `extra` is
     merged into the request body (e.g. ``max_tokens``, ``seed``) and is part of
