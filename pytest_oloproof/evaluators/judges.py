@@ -136,7 +136,7 @@ def _object_holding(text: str, key_at: int) -> tuple[dict[str, Any], int, int] |
         decoded = _decode(text, start)
         limit = start
         if decoded is None or decoded[1] <= key_at:
-            continue  # not JSON, or a value that ends before the key (its inner brackets were skipped)
+            continue  # not JSON (a brace in a string, say), or a value that ends before the key
         obj, end = decoded
         if isinstance(obj, dict) and "verdict" in obj:
             return obj, start, end
@@ -147,8 +147,8 @@ def _object_holding(text: str, key_at: int) -> tuple[dict[str, Any], int, int] |
 def _enclosed(text: str, start: int, end: int) -> bool:
     """Whether text[start:end] is a value inside a larger JSON object or array of the reply.
 
-    Only a value preceded by `:`, `,` or `[` and followed by `,`, `}` or `]` can be; then the
-    brackets before it are tried, nearest first, skipping complete values that end before it.
+    Only a value preceded by `:`, `,` or `[` and followed by `,`, `}` or `]` can be; then the brackets
+    before it are tried, nearest first (at most `_TRIES`), for a value that reaches past its end.
     """
     before, after = text[:start].rstrip()[-1:], text[end:].lstrip()[:1]
     if before not in (":", ",", "[") or after not in (",", "}", "]"):
