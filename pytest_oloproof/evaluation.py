@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import metrics, usage
+from . import fastjson, metrics, usage
 from .cache import Caches
 from .cases import Case
 from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
@@ -359,6 +359,9 @@ def _judge(
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
         if value.value is not None and not math.isfinite(value.value):
             raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
+        unstorable = _unstorable(value)
+        if unstorable:
+            raise ValueError(f"{ev!r}.evaluate() returned text that cannot be stored: {unstorable}")
     except KeyboardInterrupt:
         raise
     except usage.BudgetExhausted as exc:  # an evaluator of the user's that asked for a judge call
@@ -376,6 +379,36 @@ def _judge(
             stored["usage"] = got  # kept with the verdict: a later hit counts it as saved
         caches.put("judgment", key, stored, bypass=bypass)
     return value, False
+
+
+def _unstorable(value: CriterionValue) -> str | None:
+    """Why a verdict cannot be written as UTF-8 JSON (a lone surrogate such as \\ud800 in its text), or None.
+
+    Checked where the verdict is made, so it costs only its own criterion: found later, when the
+    case's record is written, it would cost every criterion of the case.
+    """
+    data = value.to_json()
+    try:
+        fastjson.dumps(data).encode("utf-8")  # the usual case: one fast encoding
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+        stack: list[tuple[str, Any]] = [("", data)]
+        while stack:
+            path, item = stack.pop()
+            if isinstance(item, dict):
+                stack.extend((f"{path}.{k}" if path else str(k), v) for k, v in item.items())
+                stack.extend((f"{path} key", k) for k in item if isinstance(k, str))
+            elif isinstance(item, list | tuple):
+                stack.extend((f"{path}[{i}]", v) for i, v in enumerate(item))
+            elif isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as bad:
+                    char = bad.object[bad.start : bad.end]
+                    return (
+                        f"{path}: {char!r} at character {bad.start} is a lone surrogate, which no UTF-8 file can hold"
+                    )
+        return f"{type(exc).__name__}: {exc}"
+    return None
 
 
 def _log_spent(

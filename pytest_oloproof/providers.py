@@ -5,7 +5,9 @@ Two kinds ship with Oloproof, chosen by `provider:` in the configuration:
 - ``openai`` — any OpenAI-compatible chat-completions endpoint over HTTP
   (OpenAI, vLLM, Ollama, LiteLLM, ...). The API key is read from a named
   environment variable at call time and is never stored, hashed, logged or
-  put in an exception message.
+  put in an exception message. Each attempt has one deadline (`timeout_s`,
+  for connecting, sending and every byte of the reply), and a reply is refused
+  past MAX_REPLY_BYTES on the wire or once decompressed.
 - ``python`` — ``object: module:function``, a callable ``fn(messages) -> str``
   (or an object that already implements the `Provider` protocol).
 
@@ -17,16 +19,20 @@ request fields) and nothing secret.
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
+import socket
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
+from . import redaction
 from .errors import ConfigError, OloproofError
 
 if TYPE_CHECKING:
@@ -40,6 +46,11 @@ Messages = list[dict[str, str]]
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
+#: The most bytes a judge's reply may take, on the wire and again once decompressed (a chat completion
+#: is a few KiB): a larger reply is refused, not read, so a gzip bomb never fills memory.
+MAX_REPLY_BYTES = 4 * 1024 * 1024
+#: Of an error reply (not 200), only this much is read: enough for the message quoted in the reason.
+_ERROR_BODY_BYTES = 64 * 1024
 
 
 class ProviderError(OloproofError):
@@ -59,6 +70,31 @@ class Provider(Protocol):
         ...
 
 
+class _RedactingFilter(logging.Filter):
+    """Redacts a log record's text before any handler sees it (the filter of the HTTP libraries' loggers).
+
+    httpx logs every request's URL at INFO, and httpcore its response headers at DEBUG: a password in
+    `user:password@`, a token in the path or a key a server echoes would be printed by pytest's
+    `log_cli` and captured-log sections. Keeping credentials out of the URL would not cover a token in
+    the path or an echo; a filter on the libraries' own loggers covers every form the redactor knows.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if redaction.active():
+            text = record.getMessage()
+            redacted = redaction.redact(text)
+            if redacted != text:
+                record.msg, record.args = redacted, None
+        return True
+
+
+#: The loggers httpx and httpcore write to (a logger's filter sees only the records logged to it by name).
+_LIBRARY_LOGGERS = ("httpx", *(f"httpcore.{n}" for n in ("connection", "http11", "http2", "proxy", "socks")))
+_LOG_FILTER = _RedactingFilter()
+for _name in _LIBRARY_LOGGERS:
+    logging.getLogger(_name).addFilter(_LOG_FILTER)
+
+
 def _redact_url(url: str) -> str:
     """Drop any user:password part of a URL so it can be stored and shown."""
     parts = urlsplit(url)
@@ -68,11 +104,12 @@ def _redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
-def _scrub(text: str, secret: str | None) -> str:
-    """Remove a secret from text that may have come back from a server."""
+def _scrub(text: str, secret: str | None, limit: int) -> str:
+    """Text that may have come back from a server, with the key and every registered secret removed, then cut
+    to `limit` characters (in that order: a secret cut in two would no longer be recognised)."""
     if secret:
         text = text.replace(secret, "***")
-    return text
+    return redaction.redact(text)[:limit]
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -140,8 +177,8 @@ def check_base_url(base_url: Any) -> None:
 class OpenAIProvider:
     """An OpenAI-compatible chat-completions endpoint, with retries and a concurrency limit.
 
-    Retries (up to `retries` extra attempts) on 408/409/425/429, 5xx, timeouts and
-    connection errors, waiting `backoff_s * 2**attempt` or the server's
+    Retries (up to `retries` extra attempts) on 408/409/425/429, 5xx, timeouts (an
+    attempt past its `timeout_s` deadline) and connection errors, waiting `backoff_s * 2**attempt` or the server's
     `Retry-After` (seconds), never more than `max_backoff_s`. At most
     `concurrency` requests of this instance are in flight at once. `extra` is
     merged into the request body (e.g. ``max_tokens``, ``seed``) and is part of
@@ -233,6 +270,7 @@ class OpenAIProvider:
         key = os.environ.get(self.api_key_env)
         if not key:
             raise ProviderError(f"environment variable {self.api_key_env} (api_key_env) is not set or empty")
+        redaction.register(key, self.api_key_env)  # a reply that echoes it is redacted wherever it is shown
         return key
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
@@ -244,7 +282,7 @@ class OpenAIProvider:
         import httpx
 
         key = self._api_key()
-        headers = {"Content-Type": "application/json"}
+        headers = {"Content-Type": "application/json", "Accept-Encoding": "gzip, deflate"}
         if key is not None:
             headers["Authorization"] = f"Bearer {key}"
         body: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
@@ -254,21 +292,22 @@ class OpenAIProvider:
         for attempt in range(self.retries + 1):
             retry_after: float | None = None
             try:
-                # a client per request: nothing left open between calls or after a timeout
-                with self._slots, self._new_client() as client:
-                    response = client.post(url, json=body, headers=headers)
-            except httpx.TimeoutException:
+                with self._slots:
+                    status, reply_headers, data = self._post(url, body, headers)
+            except (httpx.TimeoutException, _DeadlinePassed):
                 last = f"timed out after {self.timeout_s:g}s"
             except httpx.TransportError as exc:
                 last = f"connection error ({type(exc).__name__})"
+            except _Refused as exc:  # too large, or an encoding Oloproof does not read: asking again changes nothing
+                raise ProviderError(f"{self.model} at {_redact_url(url)}: {exc}") from None
             else:
-                if response.status_code == 200:
-                    return self._content(response, key)
-                snippet = _scrub(response.text[:200], key).strip()
-                last = f"HTTP {response.status_code}" + (f": {snippet}" if snippet else "")
-                if response.status_code not in _RETRY_STATUSES:
+                if status == 200:
+                    return self._content(data, key)
+                snippet = _scrub(data.decode("utf-8", "replace"), key, 200).strip()
+                last = f"HTTP {status}" + (f": {snippet}" if snippet else "")
+                if status not in _RETRY_STATUSES:
                     raise ProviderError(f"{self.model} at {_redact_url(url)}: {last}")
-                retry_after = _retry_after(response.headers.get("Retry-After"))
+                retry_after = _retry_after(reply_headers.get("Retry-After"))
             if attempt < self.retries:
                 wait = self._delay(attempt, retry_after)
                 log.debug(
@@ -281,19 +320,142 @@ class OpenAIProvider:
                 self._sleep(wait)
         raise ProviderError(f"{self.model} at {_redact_url(url)}: {last} (after {self.retries + 1} attempts)")
 
-    def _content(self, response: httpx.Response, key: str | None) -> str:
+    def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
+        """One attempt under one deadline of `timeout_s`: connecting, sending and every byte of the reply.
+
+        httpx's timeouts bound each operation (a reply dripped one byte at a time never trips them), so a
+        watchdog shuts the connection's socket down when the deadline passes: the read in progress ends
+        at once. A client per attempt: nothing stays open between calls or after a timeout.
+        """
+        import httpx
+
+        watchdog = _Watchdog(self.timeout_s)
         try:
-            data = response.json()
+            with self._new_client() as client, watchdog:
+                request = client.build_request("POST", url, json=body, headers=headers)
+                request.extensions["trace"] = watchdog.trace
+                response = client.send(request, stream=True)
+                try:
+                    limit = MAX_REPLY_BYTES if response.status_code == 200 else _ERROR_BODY_BYTES
+                    data = _read_body(response, limit, whole=response.status_code == 200)
+                finally:
+                    response.close()
+                return response.status_code, response.headers, data
+        except httpx.TransportError:
+            if watchdog.expired:
+                raise _DeadlinePassed from None
+            raise
+
+    def _content(self, data: bytes, key: str | None) -> str:
+        try:
+            reply = json.loads(data)
         except ValueError:
-            raise ProviderError(f"reply is not valid JSON: {_scrub(response.text[:120], key)!r}") from None
+            text = data.decode("utf-8", "replace")
+            raise ProviderError(f"reply is not valid JSON: {_scrub(text, key, 120)!r}") from None
         try:
-            content = data["choices"][0]["message"]["content"]
+            content = reply["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise ProviderError("reply has no choices[0].message.content") from None
         if not isinstance(content, str):
             raise ProviderError("reply content is not a string")
-        _report_reply_usage(self.model, data.get("usage"))
+        _report_reply_usage(self.model, reply.get("usage") if isinstance(reply, Mapping) else None)
         return content
+
+
+class _DeadlinePassed(Exception):
+    """The attempt's deadline passed while it was connecting, sending or reading."""
+
+
+class _Refused(Exception):
+    """A reply Oloproof will not read: larger than MAX_REPLY_BYTES, or in an encoding it does not decode."""
+
+
+class _Watchdog:
+    """Shuts an attempt's socket down when its deadline passes (a timer thread; cancelled when the attempt ends).
+
+    The socket comes from httpx's public `trace` extension (the network stream of `connect_tcp` and,
+    for https, of `start_tls`). Shutting it down, unlike closing it, is safe from another thread: the
+    read or write in progress returns at once and httpx raises a transport error.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.expired = False
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._done = False
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Watchdog:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._done = True
+        self._timer.cancel()
+
+    def trace(self, event: str, info: Mapping[str, Any]) -> None:
+        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
+            stream = info.get("return_value")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            with self._lock:
+                self._socket = sock
+                if self.expired:  # the deadline passed while connecting
+                    self._shutdown()
+
+    def _expire(self) -> None:
+        with self._lock:
+            if not self._done:
+                self.expired = True
+                self._shutdown()
+
+    def _shutdown(self) -> None:
+        if self._socket is not None:
+            try:
+                socket.socket.shutdown(self._socket, socket.SHUT_RDWR)  # an SSLSocket's too: only the TCP side
+            except OSError:
+                pass  # already closed
+
+
+def _read_body(response: httpx.Response, limit: int, whole: bool = True) -> bytes:
+    """A reply's body, decompressed, read as it streams in and refused past `limit` bytes on the wire or decoded.
+
+    gzip and deflate (what the request accepts) are decoded here with zlib, each step producing at most
+    what is left of the limit, so a small reply that inflates to gigabytes costs `limit` bytes at most.
+    With `whole=False` (an error reply, read for its message) a reply past the limit is cut, not refused.
+    """
+    encoding = response.headers.get("Content-Encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        decoder = None
+    elif encoding in ("gzip", "x-gzip", "deflate"):
+        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib header, detected
+    elif whole:
+        raise _Refused(f"reply in Content-Encoding {encoding!r}, which Oloproof does not decode (it asks for gzip)")
+    else:
+        return b""  # an error reply's message cannot be read: the status says enough
+    declared = response.headers.get("Content-Length", "")
+    if whole and declared.isdigit() and int(declared) > limit:
+        raise _Refused(f"reply of {int(declared):,} bytes refused (the limit is {limit:,} bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        for raw in response.iter_raw():
+            if response.num_bytes_downloaded > limit:
+                raise _Refused(f"reply larger than {limit:,} bytes refused")
+            data = raw if decoder is None else decoder.decompress(raw, limit + 1 - size)
+            size += len(data)
+            chunks.append(data)
+            if size > limit or (decoder is not None and decoder.unconsumed_tail):
+                raise _Refused(f"reply larger than {limit:,} bytes once decompressed refused")
+    except _Refused:
+        if whole:
+            raise
+        return b"".join(chunks)[:limit]
+    except zlib.error as exc:
+        if whole:
+            raise _Refused(f"reply is not valid {encoding} ({exc})") from None
+    return b"".join(chunks)
 
 
 def _report_reply_usage(model: str | None, usage: Any) -> None:

@@ -6,7 +6,7 @@ compare.yaml, and the variable an `api_key_env` names); every boundary where
 text leaves the process (store files, cache keys and values, reports, JUnit
 properties and failure text, the step summary, the terminal, CLI output and
 error messages) passes its text through `redact()`. A value is also caught in
-the forms it takes on the wire or in JSON: JSON-escaped, base64 (HTTP Basic
+the forms it takes on the wire or in JSON: JSON- and repr-escaped (once or twice), base64 (HTTP Basic
 credentials, alone or as `user:password`), and behind `Bearer `.
 
 Values shorter than `MIN_SECRET_LENGTH` characters, and numbers or booleans
@@ -39,11 +39,26 @@ def _is_secret(value: str) -> bool:
     return not (_NUMBER.fullmatch(v) or v.lower() in ("true", "false", "null", "none", "yes", "no"))
 
 
+def _escapes(value: str) -> set[str]:
+    """`value` as JSON and Python's repr write it inside a string: JSON-escaped (ASCII or not), and as repr
+    writes it between ' (each ' as \\') or between " (' as is); backslashes doubled by both."""
+    quoted = repr(value + "'\"")[1:-4]  # holding both quotes, repr quotes with ' and escapes each ' inside
+    unquoted = _REPR_ESCAPE.sub(lambda m: "'" if m.group(1) == "'" else m.group(0), quoted)
+    return {json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], quoted, unquoted}
+
+
+_REPR_ESCAPE = re.compile(r"\\(.)")
+
+
 def _forms(value: str) -> Iterable[str]:
-    """A value as it may appear in text: itself, JSON-escaped (both ASCII and not), base64."""
+    """A value as it may appear in text: itself, escaped once or twice (JSON of a repr, repr of a repr, ...),
+    and base64. A secret holding a quote or a backslash is shown escaped by pytest's failure text, by a
+    system's `repr` in a traceback, and by JSON in a record; each form is redacted."""
+    once = _escapes(value)
     yield value
-    yield json.dumps(value)[1:-1]
-    yield json.dumps(value, ensure_ascii=False)[1:-1]
+    yield from once
+    for form in once:
+        yield from _escapes(form)
     yield base64.b64encode(value.encode("utf-8")).decode("ascii")
 
 
@@ -54,10 +69,11 @@ def register(value: str, name: str) -> None:
     placeholder = "${" + name + "}"
     global _pattern
     with _lock:
-        for form in _forms(value):
-            if form and len(form) >= MIN_SECRET_LENGTH:
-                _names.setdefault(form, placeholder)
-        _pattern = None
+        new = [form for form in _forms(value) if len(form) >= MIN_SECRET_LENGTH and form not in _names]
+        for form in new:
+            _names[form] = placeholder
+        if new:  # registering a known value again (a provider does, per call) keeps the compiled pattern
+            _pattern = None
 
 
 def register_expanded(original: str, expanded: str) -> None:

@@ -7,6 +7,13 @@ Replies are served in order; when the script runs out the last reply repeats
 (or `responder(request)` decides, when given). Every request is recorded, and
 the server tracks the highest number of requests it held at once.
 
+Hostile replies: `drip_s` sends the whole reply (status line and headers too, or only the body with
+`drip_body_only`) one byte at a time with that pause between bytes; `length=False` leaves out
+Content-Length and ends the body by closing the connection; a `bytes` body with a
+`Content-Encoding` header is sent as given (a gzip bomb: `gzip_bomb(n)`). Each recorded request
+says how many bytes of its reply were sent and whether the client took all of them (`answered`
+is set once the server stopped writing).
+
 Timing never decides a test's outcome: `hold_until_in_flight=n` holds every request
 until n are in flight together once (so a test of concurrency sees the overlap however
 slowly a loaded machine starts the client's threads), and `wait_for_requests(n)` waits
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,6 +41,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = ""
     delay: float = 0.0
+    drip_s: float = 0.0  # pause between bytes of the reply (0: written at once)
+    drip_body_only: bool = False  # drip only the body (the status line and headers at once)
+    length: bool = True  # send Content-Length (else the body ends when the connection closes)
 
     @classmethod
     def chat(cls, content: str, usage: dict[str, Any] | None = None, **kw: Any) -> Reply:
@@ -69,6 +80,9 @@ class Recorded:
     headers: dict[str, str]
     body: bytes
     at: float = field(default_factory=time.monotonic)  # when the server read it
+    sent: int = 0  # bytes of the reply written to the client
+    complete: bool = False  # the client took the whole reply
+    answered: threading.Event = field(default_factory=threading.Event)  # the server stopped writing
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -170,15 +184,37 @@ class ScriptedServer:
                         server.in_flight -= 1
                 payload = reply.encoded()
                 try:
-                    self.send_response(reply.status)
-                    headers = {"Content-Type": "application/json", **reply.headers}
-                    for name, value in headers.items():
-                        self.send_header(name, value)
-                    self.send_header("Content-Length", str(len(payload)))
-                    self.end_headers()
-                    self.wfile.write(payload)
+                    self._answer(request, reply, payload)
                 except OSError:
                     pass  # the client gave up (timeout); nothing to answer
+                finally:
+                    request.answered.set()
+
+            def _answer(self, request: Recorded, reply: Reply, payload: bytes) -> None:
+                headers = {"Content-Type": "application/json", **reply.headers}
+                if reply.length:
+                    headers["Content-Length"] = str(len(payload))
+                else:
+                    headers["Connection"] = "close"
+                    self.close_connection = True
+                head = f"HTTP/1.1 {reply.status} {self.responses.get(reply.status, ('',))[0]}\r\n"
+                head += "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+                whole = head.encode("latin-1") + payload
+                start = len(whole) - len(payload) if reply.drip_body_only else 0
+                end = len(whole) if reply.drip_s else start  # bytes [start, end) are dripped one at a time
+                self._send(request, whole[:start])
+                for i in range(start, end):
+                    if server._stop.wait(reply.drip_s):
+                        return  # the server is closing
+                    self._send(request, whole[i : i + 1])
+                self._send(request, whole[end:])
+                request.complete = True
+
+            def _send(self, request: Recorded, data: bytes) -> None:
+                if data:
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                    request.sent += len(data)
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Stay quiet."""
@@ -196,3 +232,12 @@ def openai_usage(prompt: int, completion: int, cached: int | None = None) -> dic
     if cached is not None:
         out["prompt_tokens_details"] = {"cached_tokens": cached}
     return out
+
+
+def gzip_bomb(size: int) -> bytes:
+    """`size` zero bytes, gzip-compressed (about 1,000 to 1), built without holding `size` bytes."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    block = bytes(1 << 20)
+    out = [packer.compress(block) for _ in range(size >> 20)]
+    out.append(packer.compress(bytes(size & ((1 << 20) - 1))))
+    return b"".join(out) + packer.flush()

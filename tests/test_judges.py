@@ -16,8 +16,10 @@ from pytest_oloproof.evaluators.base import ContextPassage, CriterionValue, Eval
 from pytest_oloproof.evaluators.judges import (
     GROUNDEDNESS_PROMPT_V1,
     JUDGE_TYPES,
+    AmbiguousVerdict,
     CitationSupportJudge,
     GroundednessJudge,
+    JudgeReplyError,
     claim_for,
     parse_verdict,
 )
@@ -205,6 +207,71 @@ def test_parse_verdict_tolerates_fences_and_surrounding_text() -> None:
     assert parse_verdict(fenced) == (False, "no {braces} here")
     assert parse_verdict('Verdict follows {"verdict": "pass", "rationale": "ok"} bye') == (True, "ok")
     assert parse_verdict('{"verdict": "pass"}') == (True, "")
+
+
+def test_one_clear_verdict_parses_wherever_it_stands() -> None:
+    assert parse_verdict('Here it is: {"verdict": "pass", "rationale": "ok"}, as asked.') == (True, "ok")
+    assert parse_verdict('{"meta": {"n": 1}, "rationale": "r", "verdict": "fail"}') == (False, "r")
+    assert parse_verdict('Unbalanced { prose { then {"verdict": "pass"}') == (True, "")
+    assert parse_verdict('{"verdict": "pass", "rationale": "the prompt said \\"verdict\\": pass"}')[0] is True
+
+
+AMBIGUOUS_REPLIES = {
+    "draft then a different final": 'Draft: {"verdict": "pass"}. On reflection: {"verdict": "fail", "rationale": "no"}',
+    "a fail then a fenced format example": '{"verdict": "fail", "rationale": "14 days is not stated"}\n'
+    'Format used:\n```json\n{"verdict": "pass" or "fail", "rationale": "..."}\n```',
+    "a pass nested in another object": '{"result": {"verdict": "pass", "rationale": "ok"}}',
+    "a pass inside an array": '[{"verdict": "pass"}]',
+    "a verdict inside the verdict": '{"verdict": "pass", "checks": [{"verdict": "fail"}]}',
+    "a duplicate key": '{"verdict": "pass", "verdict": "fail"}',
+    "a key written with a JSON escape": '{"\\u0076erdict": "fail"} {"verdict": "pass"}',
+    "a key in another case": '{"Verdict": "fail"} then {"verdict": "pass"}',
+    "a verdict nested after a string holding a brace": '{"note": "{", "final": {"verdict": "pass"}}',
+    "a Python-style draft": "{'verdict': 'fail'} -- no wait: {\"verdict\": \"pass\"}",
+}
+
+
+@pytest.mark.parametrize("content", AMBIGUOUS_REPLIES.values(), ids=AMBIGUOUS_REPLIES.keys())
+def test_a_reply_holding_more_than_one_verdict_is_missing_as_ambiguous(content: str) -> None:
+    with ScriptedServer([Reply.chat(content)]) as server:
+        grounded = http_judge(server).evaluate(case())
+        cited = http_judge(server, CitationSupportJudge).evaluate(case({"answer": "14 days.", "citations": ["kb-01"]}))
+    for value in (grounded, cited):
+        assert value.status == "missing" and value.value is None
+        assert value.reason == "ambiguous_verdict", value.reason
+        assert value.detail["message"]
+    assert len(server.requests) == 2  # a reply, not a transient failure: never asked again
+
+
+HUGE_REPLIES = {
+    "a mebibyte of {": ("{" * (1 << 20), "not a JSON verdict"),
+    "a mebibyte of { before a verdict": ("{" * (1 << 20) + '{"verdict": "pass"}', (True, "")),
+    "a mebibyte of [ around a verdict": ("[" * (1 << 20) + '{"verdict": "pass"}]', "ambiguous_verdict"),
+    "a verdict 50,000 objects deep": ('{"a":' * 50_000 + '{"verdict": "pass"}' + "}" * 50_000, "ambiguous_verdict"),
+}
+
+
+@pytest.mark.parametrize(("content", "outcome"), HUGE_REPLIES.values(), ids=HUGE_REPLIES.keys())
+def test_reading_a_mebibyte_reply_ends(content: str, outcome: Any) -> None:
+    """A hang guard, not a speed measurement (benchmarks/bench_verdict.py measures it: milliseconds).
+
+    Reading a verdict used to try a JSON parse at every `{`, each costing the length of the reply before
+    it: a mebibyte of braces ran for minutes. Judged on a thread, so the guard can give up on it."""
+    got: list[Any] = []
+
+    def read() -> None:
+        try:
+            got.append(parse_verdict(content))
+        except AmbiguousVerdict:
+            got.append("ambiguous_verdict")
+        except JudgeReplyError as exc:
+            got.append("not a JSON verdict" if "not a JSON verdict" in str(exc) else str(exc))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert got, "reading the verdict of a 1 MiB reply did not end within a minute"
+    assert got == [outcome]
 
 
 def test_concurrency_limit_per_provider() -> None:
@@ -626,3 +693,125 @@ def test_default_prompt_is_versioned_and_values_are_not_re_rendered() -> None:
     GroundednessJudge(provider=provider).evaluate(case({"answer": "A {context}"}, tricky))
     sent = provider.calls[0]
     assert "literal {answer} in a passage" in sent and "A {context}" in sent
+
+
+def test_an_evaluator_returning_text_no_file_can_hold_costs_only_its_criterion(tmp_path: Path) -> None:
+    """Any evaluator, not only a judge: a lone surrogate in its value is a missing criterion, not a verdict
+    that breaks the case's record (and every other criterion of it) when it is written."""
+    from pytest_oloproof.cache import Caches
+    from pytest_oloproof.evaluation import judge_one
+    from pytest_oloproof.evaluators.base import Evaluator
+
+    class Odd(Evaluator):
+        type = "odd"
+        reads = frozenset({"output"})
+
+        def evaluate(self, x: EvalInput) -> CriterionValue:
+            return CriterionValue.observed(True, actual="half a pair: \ud800")
+
+    caches = Caches(tmp_path / "cache")
+    try:
+        value = judge_one(Odd("odd"), case(), caches)
+    finally:
+        caches.close()
+    assert value.status == "missing" and value.reason.startswith("evaluator_error: ValueError:")
+    assert "actual: '\\ud800' at character 13 is a lone surrogate, which no UTF-8 file can hold" in value.reason
+    json.dumps(value.to_json()).encode("utf-8")  # the missing value itself is storable
+
+
+# --- one deadline per attempt, and a limit on the reply's size ----------------------------------
+
+
+@pytest.mark.parametrize("body_only", [False, True], ids=["status line, headers and body", "body"])
+def test_a_reply_dripped_byte_by_byte_is_timed_out_at_the_deadline(body_only: bool) -> None:
+    """Every byte arrives well within `timeout_s` of the one before (what httpx's own timeouts bound), but
+    the reply would take about 20 s: the attempt ends at its deadline, missing, never the dripped pass."""
+    reply = Reply.verdict("pass", drip_s=0.05, drip_body_only=body_only)
+    with ScriptedServer([reply]) as server:
+        value = http_judge(server, timeout_s=1.0, retries=0).evaluate(case())
+        (request,) = server.requests
+        assert request.answered.wait(ScriptedServer.PATIENCE_S)
+    assert value.status == "missing" and value.reason.startswith("judge_error: ProviderError:")
+    assert "timed out after 1s" in value.reason
+    assert not request.complete and request.sent < len(reply.encoded())  # the client hung up mid-reply
+
+
+def test_a_deadline_passed_is_retried_like_any_timeout() -> None:
+    with ScriptedServer([Reply.verdict("fail", drip_s=0.05), Reply.verdict("pass")]) as server:
+        judge = http_judge(server, timeout_s=1.0, retries=1)
+        value = judge.evaluate(case())
+    assert value.status == "observed" and value.value == 1.0
+    assert len(server.requests) == 2 and judge.sleeps == [0.5]
+    assert not server.requests[0].complete
+
+
+def test_a_reply_over_the_limit_is_refused_on_the_wire() -> None:
+    """A plain reply of 5 MiB: refused without a retry, whether its length is declared or not."""
+    from pytest_oloproof.providers import MAX_REPLY_BYTES
+
+    padding = "x" * (MAX_REPLY_BYTES + (1 << 20))
+    big = {"choices": [{"message": {"content": '{"verdict": "pass"}'}}], "padding": padding}
+    for declared in (True, False):
+        with ScriptedServer([Reply(200, body=big, length=declared)]) as server:
+            value = http_judge(server).evaluate(case())
+        assert value.status == "missing", value
+        assert "reply" in value.reason and f"{MAX_REPLY_BYTES:,} bytes" in value.reason and "refused" in value.reason
+        assert len(server.requests) == 1  # not asked again: the same reply would come back
+
+
+def test_a_gzip_bomb_is_refused_and_memory_stays_bounded() -> None:
+    """200 MiB of zeros in about 200 KiB of gzip: refused once decompressed past the limit, and reading it
+    never holds much more than the limit (measured with tracemalloc: every bytes object is counted)."""
+    import tracemalloc
+
+    from pytest_oloproof.providers import MAX_REPLY_BYTES
+    from tests.judge_server import gzip_bomb
+
+    bomb = gzip_bomb(200 << 20)
+    assert len(bomb) < MAX_REPLY_BYTES
+    with ScriptedServer([Reply(200, {"Content-Encoding": "gzip"}, bomb)]) as server:
+        judge = http_judge(server)
+        tracemalloc.start()
+        try:
+            value = judge.evaluate(case())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert value.status == "missing"
+    assert f"reply larger than {MAX_REPLY_BYTES:,} bytes once decompressed refused" in value.reason
+    assert peak < 3 * MAX_REPLY_BYTES, f"peak {peak / 2**20:.0f} MiB"
+    assert len(server.requests) == 1
+
+
+def test_a_compressed_reply_within_the_limit_is_read() -> None:
+    import gzip
+    import zlib
+
+    body = json.dumps({"choices": [{"message": {"content": '{"verdict": "fail", "rationale": "no"}'}}]}).encode()
+    for encoding, data in (("gzip", gzip.compress(body)), ("deflate", zlib.compress(body))):
+        with ScriptedServer([Reply(200, {"Content-Encoding": encoding}, data)]) as server:
+            value = http_judge(server).evaluate(case())
+        assert value.status == "observed" and value.value == 0.0, (encoding, value)
+        assert server.requests[0].headers["Accept-Encoding"] == "gzip, deflate"
+    with ScriptedServer([Reply(200, {"Content-Encoding": "br"}, b"\x00\x01")]) as server:
+        value = http_judge(server).evaluate(case())
+    assert value.status == "missing" and "Content-Encoding 'br'" in value.reason
+
+
+def _pieces(secret: str, size: int = 6) -> list[str]:
+    """Every run of `size` characters of a secret: what a cut through it would leave."""
+    return [secret[i : i + size] for i in range(len(secret) - size + 1)]
+
+
+@pytest.mark.parametrize("cut", [80, 200], ids=["verdict reply cut at 80", "error reply cut at 200"])
+def test_a_reply_echoing_the_key_is_redacted_before_it_is_cut(cut: int) -> None:
+    """The key straddles the point where the reply is cut for the missing reason: redacted first, no half of
+    it survives (the redactor no longer sees a key cut in two)."""
+    text = "Incorrect API key provided: ".ljust(cut - len(SECRET) // 2, ".") + SECRET + " -- check your settings."
+    reply = Reply.chat(text) if cut == 80 else Reply(400, body=text)
+    with ScriptedServer([reply]) as server:
+        value = http_judge(server).evaluate(case())
+    assert value.status == "missing" and "Incorrect API key provided" in value.reason, value.reason
+    shown = json.dumps(value.to_json())
+    for piece in _pieces(SECRET):
+        assert piece not in shown, f"{piece!r} of the key survived in {value.reason!r}"

@@ -238,3 +238,146 @@ def test_validate_judge_bad_input_exits_2_and_writes_nothing(pytester: pytest.Py
     assert not_judge.returncode == 2
     assert "'answer_correct' is not a judge criterion" in not_judge.stderr and "grounded" in not_judge.stderr
     assert not (pytester.path / ".store" / "judge_validations").exists()
+
+
+LONE_SURROGATE_CASES = "\n".join(
+    json.dumps(c)
+    for c in [
+        {
+            "id": "refund",
+            "input": {"q": "refund time"},
+            "expected": {"answer": "14 days", "relevant": [{"doc_id": "a"}]},
+        },
+        {
+            "id": "seats",
+            "input": {"q": "seat price"},
+            "expected": {"answer": "8 dollars", "relevant": [{"doc_id": "b"}]},
+        },
+    ]
+)
+
+
+@pytest.mark.parametrize("escaped", [True, False], ids=["escaped in the verdict", "raw in the reply"])
+def test_a_lone_surrogate_in_a_rationale_costs_only_that_judges_criterion(
+    pytester: pytest.Pytester, escaped: bool
+) -> None:
+    """`\\ud800` (no UTF-8 file can hold it) in one judge's rationale: that criterion is missing, with the
+    reason; the case's other criteria (a retrieval metric, another judge) are recorded, never internal_error."""
+    bad = '{"verdict": "pass", "rationale": "bad \\ud800 text"}' if escaped else None
+
+    def respond(req: Recorded) -> Reply:
+        if req.json()["model"] == "tiny":
+            return Reply.verdict("pass", rationale="fine")
+        if bad is not None:
+            return Reply.chat(bad)
+        return Reply(
+            200,
+            body=b'{"choices": [{"message": {"content": "{\\"verdict\\": \\"pass\\", '
+            b'\\"rationale\\": \\"bad \\ud800 text\\"}"}}]}',
+        )
+
+    with ScriptedServer(responder=respond) as server:
+        pytester.makepyfile(sys_judge_s=SYSTEM)
+        pytester.makefile(".jsonl", cases=LONE_SURROGATE_CASES)
+        pytester.makefile(
+            ".yaml",
+            oloproof=f"""
+system:
+  rag: {{object: "sys_judge_s:Judged"}}
+cases: cases.jsonl
+evaluators:
+  - {{type: recall, k: 1}}
+  - {{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: tiny, retries: 0}}
+  - {{type: groundedness_judge, criterion: grounded_b, provider: openai, base_url: '{server.base_url}',
+      model: broken, retries: 0}}
+store: .store
+""",
+        )
+        result = pytester.runpytest_subprocess("--oloproof", "--oloproof-report", "r.json", "-p", "no:cacheprovider")
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert len(report["cases"]) == 2, result.stdout.str()
+    for case in report["cases"]:
+        assert not case.get("error"), case["error"]
+        criteria = case["criteria"]
+        assert criteria["recall_at_1"] == {**criteria["recall_at_1"], "status": "observed", "value": 1.0}
+        assert criteria["grounded"]["status"] == "observed" and criteria["grounded"]["value"] == 1.0
+        broken = criteria["grounded_b"]
+        assert broken["status"] == "missing" and "lone surrogate" in broken["reason"], broken
+    assert "internal_error" not in result.stdout.str()
+
+
+def _hostile_judge_run(tmp_path: Path, reply: Reply, signum: int) -> tuple[str, int, list[dict], list[Recorded]]:
+    """`pytest --oloproof` (concurrency 2: judges asked ahead, on judge threads) against a judge sending
+    `reply`, sent `signum` once the server answered its first request; (output, exit code, cases, requests).
+    The hostile replies take minutes the way they used to be read: the run must end within one."""
+    import signal
+
+    (tmp_path / "sys_judge_drip.py").write_text(SYSTEM)
+    (tmp_path / "cases.jsonl").write_text(CASES + "\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    with ScriptedServer([reply]) as server:
+        (tmp_path / "oloproof.yaml").write_text(
+            f"""
+system:
+  rag: {{object: "sys_judge_drip:Judged"}}
+cases: cases.jsonl
+concurrency: 2
+evaluators:
+  - {{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: m, retries: 0, timeout_s: 1}}
+store: .store
+"""
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--oloproof", "-p", "no:cacheprovider", "-p", "no:randomly"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            assert server.wait_for_requests(1) >= 1
+            if not reply.drip_s:
+                assert server.requests[0].answered.wait(ScriptedServer.PATIENCE_S)
+            proc.send_signal(signum)
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert all(r.answered.wait(ScriptedServer.PATIENCE_S) for r in server.requests)
+    (run_dir,) = (tmp_path / ".store" / "runs").iterdir()
+    cases = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
+    return out, proc.returncode, cases, server.requests
+
+
+def test_ctrl_c_does_not_wait_for_a_dripped_reply(tmp_path: Path) -> None:
+    """A judge dripping its reply over about two minutes: after Ctrl-C the run records the case with the
+    criterion missing (timed out at `timeout_s: 1`) and ends; it never waits for the reply's last byte
+    (what the server sees: the client hung up mid-reply)."""
+    import signal
+
+    reply = Reply.verdict("pass", rationale="x" * 2000, drip_s=0.05)
+    out, code, cases, requests = _hostile_judge_run(tmp_path, reply, signal.SIGINT)
+    assert not any(r.complete for r in requests), out
+    assert code == 2, out  # interrupted
+    assert cases, out
+    for case in cases:
+        grounded = case["criteria"]["grounded"]
+        assert grounded["status"] == "missing" and "timed out after 1s" in grounded["reason"], grounded
+
+
+def test_sigterm_stops_a_run_whose_judge_sent_a_mebibyte_of_braces(tmp_path: Path) -> None:
+    """Reading a verdict from 1 MiB of `{` took minutes of CPU on a judge thread, and the interrupted run
+    waited for it: SIGTERM could not stop the run. It now takes milliseconds; the run ends, the criterion
+    missing (not a verdict)."""
+    import signal
+
+    out, code, cases, _ = _hostile_judge_run(tmp_path, Reply.chat("{" * (1 << 20)), signal.SIGTERM)
+    assert code in (1, 2), out  # failed (the run ended before the signal landed) or interrupted
+    assert cases, out
+    for case in cases:
+        grounded = case["criteria"]["grounded"]
+        assert grounded["status"] == "missing" and "not a JSON verdict" in grounded["reason"], grounded

@@ -286,3 +286,80 @@ def test_a_version_from_the_environment_is_redacted_but_still_invalidates_the_st
     store = _all_text(pytester.path / ".store")
     assert "commit-aaaa1111" not in store and "commit-bbbb2222" not in store
     assert '"version": "${OLO_GIT_SHA}"' in store
+
+
+@pytest.mark.parametrize("level", ["INFO", "DEBUG"])
+def test_the_http_libraries_own_log_lines_are_redacted(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, level: str
+) -> None:
+    """httpx logs each request's URL at INFO (httpcore its response headers at DEBUG): with pytest's live
+    logs on, a password in the URL, a token in its path and a key a server echoes in a header print redacted."""
+    monkeypatch.setenv("OLO_API_KEY", API_KEY)
+    monkeypatch.setenv("TOKEN", PATH_TOKEN)
+    monkeypatch.setenv("JUDGE_PW", PASSWORD)
+
+    def echo_in_a_header(req: Recorded) -> Reply:
+        reply = Reply.verdict("pass")
+        reply.headers["X-Echo"] = req.headers.get("Authorization", "")
+        return reply
+
+    with ScriptedServer(responder=echo_in_a_header) as server:
+        _project(pytester, server.base_url.removesuffix("/v1"))
+        result = pytester.runpytest_subprocess(
+            "--oloproof", "-p", "no:cacheprovider", "-o", "log_cli=true", f"--log-cli-level={level}", "-rA"
+        )
+        assert any(
+            PASSWORD in base64.b64decode(r.headers["Authorization"][6:]).decode()
+            for r in server.requests
+            if r.headers.get("Authorization", "").startswith("Basic ")
+        )
+    out = result.stdout.str() + result.stderr.str()
+    assert "HTTP Request: POST http://judge:${JUDGE_PW}@" in out  # httpx's line is there, redacted
+    assert "/${TOKEN}/chat/completions" in out
+    for form in _forms():
+        assert form not in out, f"{form!r} leaked into the live log"
+
+
+QUOTED_SECRET = "p'w\"Gz5-Hj2\\Kl8"
+
+QUOTING = """
+import os
+
+def answer(input):
+    token = os.environ["TOKEN"]
+    if input["q"] == "boom":
+        raise RuntimeError(repr({"token": token}))
+    return {"answer": f"token {token}", "seen": [token], "nested": repr([token])}
+"""
+
+
+def test_a_secret_with_both_quotes_is_redacted_in_every_form_it_takes(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A value holding ' and " (and a backslash) is escaped by repr (\\' and \\\\) and by JSON (\\" and \\\\):
+    pytest's failure text and the JUnit XML show it in those forms, and each is redacted."""
+    monkeypatch.setenv("TOKEN", QUOTED_SECRET)
+    pytester.makepyfile(quoting_sys=QUOTING)
+    pytester.makefile(
+        ".jsonl",
+        cases='{"id": "fine", "input": {"q": "x"}, "expected": {"answer": "nope"}}\n'
+        '{"id": "boom", "input": {"q": "boom"}, "expected": {"answer": "ok"}}\n',
+    )
+    pytester.makefile(
+        ".yaml",
+        oloproof="system:\n  object: quoting_sys:answer\n  version: 'v-${TOKEN}'\ncases: cases.jsonl\n"
+        "evaluators:\n  - {type: contains, criterion: c}\nstore: .store\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "--oloproof", "--junitxml", "j.xml", "-o", "junit_logging=all", "-rA", "-p", "no:cacheprovider", "-vv"
+    )
+    assert result.ret == 1
+    out = result.stdout.str() + result.stderr.str()
+    junit = (pytester.path / "j.xml").read_text()
+    store = _all_text(pytester.path / ".store")
+    forms = {QUOTED_SECRET, repr(QUOTED_SECRET)[1:-1], json.dumps(QUOTED_SECRET)[1:-1], repr(repr(QUOTED_SECRET))}
+    forms |= {"Gz5-Hj2"}  # the middle of the value, in whatever form it is shown
+    for where, text in {"terminal": out, "JUnit XML": junit, "store": store}.items():
+        for form in forms:
+            assert form not in text, f"{form!r} leaked into the {where}"
+    assert "${TOKEN}" in out and "${TOKEN}" in junit

@@ -3,7 +3,9 @@
 A judge renders a versioned prompt, asks its provider, and parses a JSON
 verdict ``{"verdict": "pass"|"fail", "rationale": "..."}``. A judge that cannot
 answer (provider error, timeout, unparseable reply) makes the criterion
-*missing* with a ``judge_error: ...`` reason, never a pass or a fail. Judges do
+*missing* with a ``judge_error: ...`` reason, never a pass or a fail; a reply
+holding more than one verdict (or one nested in other JSON) is missing as
+``ambiguous_verdict``, never read the convenient way. Judges do
 not cache: the engine's judgment cache keys on `settings()`, which holds the
 judge type, prompt version and template hash, the answer field and the
 provider's identity (never a secret).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -21,6 +24,7 @@ from typing import Any, ClassVar
 
 from ..errors import ConfigError
 from ..providers import Messages, Provider, build_provider
+from ..redaction import redact
 from ..usage import BUDGET_EXHAUSTED, BudgetExhausted, judge_call, model_of
 from .base import ContextPassage, CriterionValue, EvalInput, Evaluator
 
@@ -59,37 +63,130 @@ CLAIM:
 Reply with JSON only: {"verdict": "pass" or "fail", "rationale": "one or two sentences"}
 """
 
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL | re.IGNORECASE)
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
+#: A verdict key as a model may write it, in JSON or not: "verdict": or 'verdict': (any case, letters
+#: also as JSON \uXXXX escapes, which decode to the same key).
+_LETTERS = "".join(rf"(?:{c}|\\u00{ord(c):02x}|\\u00{ord(c.upper()):02x})" for c in "verdict")
+_VERDICT_KEY = re.compile(rf"""["']{_LETTERS}["']\s*:""", re.IGNORECASE)
+#: Brackets tried when looking for the object that holds the verdict key, or for one around that object;
+#: a reply needing more is refused as ambiguous (it bounds the work at a few passes over the reply).
+_TRIES = 16
+#: Missing reason of a criterion whose judge replied with more than one verdict, or with one it cannot tell apart.
+AMBIGUOUS_VERDICT = "ambiguous_verdict"
 
 
 class JudgeReplyError(ValueError):
     """The provider answered, but not with a usable verdict."""
 
 
+class AmbiguousVerdict(JudgeReplyError):
+    """The reply holds more than one verdict, or one nested in other JSON: reading either would be a guess."""
+
+
 def parse_verdict(reply: str) -> tuple[bool, str]:
-    """Return (passed, rationale) from a reply; tolerate code fences and surrounding text."""
-    candidates = [m.group(1) for m in _FENCE.finditer(reply)] + [reply]
-    decoder = json.JSONDecoder()
-    for text in candidates:
-        for start in [i for i, ch in enumerate(text) if ch == "{"]:
-            try:
-                obj, _ = decoder.raw_decode(text, start)
-            except ValueError:
-                continue
-            if isinstance(obj, dict) and "verdict" in obj:
-                verdict = obj["verdict"]
-                if not isinstance(verdict, str) or verdict.strip().lower() not in ("pass", "fail"):
-                    raise JudgeReplyError(f"verdict must be 'pass' or 'fail', got {verdict!r}"[:120])
-                rationale = obj.get("rationale", "")
-                if not isinstance(rationale, str):
-                    rationale = json.dumps(rationale)
-                return verdict.strip().lower() == "pass", rationale.strip()
-    raise JudgeReplyError("reply is not a JSON verdict: " + repr(reply[:80]))
+    """Return (passed, rationale) from a reply holding exactly one JSON verdict object, fenced or in prose.
+
+    Refused as ambiguous (AmbiguousVerdict): a second verdict key anywhere (a draft, a format example,
+    a duplicate key, a verdict in another verdict), a verdict object nested in other JSON, or one the
+    parser cannot delimit within a bounded number of tries. The work is a few passes over the reply.
+    """
+    keys = [m.start() for m in itertools.islice(_VERDICT_KEY.finditer(reply), 2)]
+    if not keys:
+        raise JudgeReplyError("reply is not a JSON verdict: " + repr(_clip(reply, 80)))
+    if len(keys) > 1:
+        raise AmbiguousVerdict("the reply holds more than one verdict")
+    found = _object_holding(reply, keys[0])
+    if found is None:
+        raise JudgeReplyError("reply is not a JSON verdict: " + repr(_clip(reply, 80)))
+    obj, start, end = found
+    if _nested_verdict(obj) or _enclosed(reply, start, end):
+        raise AmbiguousVerdict("the verdict is nested in other JSON")
+    verdict = obj["verdict"]
+    if not isinstance(verdict, str) or verdict.strip().lower() not in ("pass", "fail"):
+        raise JudgeReplyError(_clip(f"verdict must be 'pass' or 'fail', got {verdict!r}", 120))
+    rationale = obj.get("rationale", "")
+    if not isinstance(rationale, str):
+        rationale = json.dumps(rationale)
+    try:
+        rationale.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a JSON escape such as \ud800 decodes to text no file can hold
+        where = f"{exc.object[exc.start : exc.end]!r} at character {exc.start}"
+        raise JudgeReplyError(f"the rationale holds a lone surrogate ({where}), which no UTF-8 text can hold") from None
+    return verdict.strip().lower() == "pass", rationale.strip()
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _decode(text: str, start: int) -> tuple[Any, int] | None:
+    """The JSON value starting at `start` and where it ends, or None."""
+    try:
+        return _DECODER.raw_decode(text, start)
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the interpreter's limit
+        return None
+
+
+def _object_holding(text: str, key_at: int) -> tuple[dict[str, Any], int, int] | None:
+    """The JSON object whose own key starts at `key_at`: tried from the nearest `{` before it outwards."""
+    limit = key_at
+    for _ in range(_TRIES):
+        start = text.rfind("{", 0, limit)
+        if start < 0:
+            return None
+        decoded = _decode(text, start)
+        limit = start
+        if decoded is None or decoded[1] <= key_at:
+            continue  # not JSON (a brace in a string, say), or a value that ends before the key
+        obj, end = decoded
+        if isinstance(obj, dict) and "verdict" in obj:
+            return obj, start, end
+        raise AmbiguousVerdict("the verdict key is inside other JSON")  # a value around the key, not its object
+    raise AmbiguousVerdict("the reply's brackets around the verdict could not be told apart")
+
+
+def _enclosed(text: str, start: int, end: int) -> bool:
+    """Whether text[start:end] is a value inside a larger JSON object or array of the reply.
+
+    Only a value preceded by `:`, `,` or `[` and followed by `,`, `}` or `]` can be; then the brackets
+    before it are tried, nearest first (at most `_TRIES`), for a value that reaches past its end.
+    """
+    before, after = text[:start].rstrip()[-1:], text[end:].lstrip()[:1]
+    if before not in (":", ",", "[") or after not in (",", "}", "]"):
+        return False
+    limit = start
+    for _ in range(_TRIES):
+        opener = max(text.rfind("{", 0, limit), text.rfind("[", 0, limit))
+        if opener < 0:
+            return False
+        decoded = _decode(text, opener)
+        limit = opener
+        if decoded is not None and decoded[1] >= end:
+            return True
+    raise AmbiguousVerdict("the reply's brackets around the verdict could not be told apart")
+
+
+def _nested_verdict(obj: dict[str, Any]) -> bool:
+    """Whether a verdict object holds another verdict object at any depth (walked without recursion)."""
+    stack: list[Any] = list(obj.values())
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            if "verdict" in value:
+                return True
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return False
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` (redacted first, so a secret is never cut into a part the redactor cannot see) cut to `limit`."""
+    return redact(text)[:limit]
 
 
 def _short(exc: BaseException, limit: int = 240) -> str:
-    text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, JudgeReplyError) else str(exc)
+    """An error as a missing reason: redacted, then cut to `limit` characters."""
+    text = redact(f"{type(exc).__name__}: {exc}" if not isinstance(exc, JudgeReplyError) else str(exc))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -250,6 +347,8 @@ class GroundednessJudge(_LLMJudge):
             passed, rationale = self._ask(prompt)
         except BudgetExhausted as exc:
             return CriterionValue.missing(BUDGET_EXHAUSTED, detail={"message": str(exc)})
+        except AmbiguousVerdict as exc:
+            return CriterionValue.missing(AMBIGUOUS_VERDICT, detail={"message": str(exc)})
         except Exception as exc:
             return CriterionValue.missing(f"judge_error: {_short(exc)}")
         return CriterionValue.observed(
@@ -340,6 +439,8 @@ class CitationSupportJudge(_LLMJudge):
                 passed, rationale = self._ask(prompt)
             except BudgetExhausted as exc:
                 return CriterionValue.missing(BUDGET_EXHAUSTED, detail={"message": str(exc)})
+            except AmbiguousVerdict as exc:
+                return CriterionValue.missing(AMBIGUOUS_VERDICT, detail={"message": f"[{doc_id}] {exc}"})
             except Exception as exc:
                 return CriterionValue.missing(f"judge_error: {doc_id}: {_short(exc)}")
             results.append({"doc_id": doc_id, "verdict": "pass" if passed else "fail", "rationale": rationale})
