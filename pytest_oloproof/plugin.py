@@ -205,6 +205,18 @@ class CaseItem(pytest.Function):
     diagnosis: dict[str, Any] | None = None  # a diagnosis item's outcome (diagnose.Diagnoser.run_case)
     evaluators: list[dict[str, Any]] | None = None
 
+    @property
+    def id(self) -> Any:
+        """pytest 9.2+: the structured node id, as pytest parses it back from the text `nodeid`.
+
+        pytest's last-failed cache (`--lf`, `--ff`) stores node ids as text and reads
+        `support-rag[refund_annual]` back as a name and a parameter; built from that name
+        alone, the item's own id kept it whole and never matched. Same text, same id.
+        """
+        own = super().id
+        parse = getattr(type(own), "parse", None)
+        return parse(str(own)) if parse is not None else own
+
     def reportinfo(self) -> tuple[Any, int | None, str]:
         line = None
         src = self.case_source

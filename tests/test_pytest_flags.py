@@ -1,0 +1,67 @@
+"""pytest's own flags and conventions with --oloproof (SPEC §6): --collect-only runs nothing, --lf/--ff match
+cases, path arguments select what runs, metadata markers never take a meaning pytest gives them, SIGTERM."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from staged_helpers import assert_nothing_written, calls, case, last_run, rag_project
+
+from tests.judge_server import Reply, ScriptedServer
+
+N = 13
+#: cases whose answer is wrong (the system answers "gamma" everywhere): they fail answer_correct
+FAILING = ("c03", "c07", "c11")
+
+
+def judged_project(pytester: pytest.Pytester, base_url: str, *, concurrency: int, extra: str = "") -> None:
+    """13 cases of the logging system (calls.log), one contains check and one LLM judge on `base_url`."""
+    cases = [case(f"c{i:02d}", answer="nowhere" if f"c{i:02d}" in FAILING else "gamma") for i in range(N)]
+    evaluators = (
+        "evaluators:\n"
+        "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
+        f"  - {{type: groundedness_judge, provider: openai, base_url: '{base_url}', model: m, retries: 0, "
+        "timeout_s: 300}\n"
+    )
+    rag_project(pytester, cases, evaluators=evaluators, extra=f"concurrency: {concurrency}\nstore: .oloproof\n{extra}")
+
+
+# ------------------------------------------------------------------ --lf / --ff
+
+
+def _ran(result: pytest.RunResult) -> list[str]:
+    """The case ids of the items that ran, in order (from -v lines)."""
+    out = []
+    for line in result.outlines:
+        if line.startswith("oloproof.yaml::sys[") and (" PASSED" in line or " FAILED" in line):
+            out.append(line.split("[", 1)[1].split("]", 1)[0])
+    return out
+
+
+def test_last_failed_and_failed_first_select_the_failed_cases(pytester: pytest.Pytester) -> None:
+    """pytest 9.2 reads a saved node id `sys[c03]` as name plus parameter; the item must match it."""
+    cases = [case(f"c{i:02d}", answer="nowhere" if f"c{i:02d}" in FAILING else "gamma") for i in range(N)]
+    rag_project(pytester, cases, extra="concurrency: 4\nstore: .oloproof\n")
+    pytester.makepyfile(test_ordinary="def test_ordinary():\n    pass\n")
+    first = pytester.runpytest("--oloproof", "-p", "no:randomly", "-v")
+    first.assert_outcomes(passed=N - len(FAILING) + 1, failed=len(FAILING))
+
+    again = pytester.runpytest("--oloproof", "-p", "no:randomly", "-v", "--lf")
+    again.assert_outcomes(failed=len(FAILING))
+    again.stdout.fnmatch_lines([f"*rerun previous {len(FAILING)} failures*"])
+    assert _ran(again) == list(FAILING)
+    assert sorted(c["id"] for c in last_run(pytester)["cases"]) == list(FAILING)
+
+    first_first = pytester.runpytest("--oloproof", "-p", "no:randomly", "-v", "--ff")
+    first_first.assert_outcomes(passed=N - len(FAILING) + 1, failed=len(FAILING))
+    ran = _ran(first_first)
+    assert ran[: len(FAILING)] == list(FAILING) and len(ran) == N
+    assert last_run(pytester)["status"] == "complete"
