@@ -301,7 +301,11 @@ class OloproofPlugin:
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
         self._evaluator_error: str | None = None  # why an item could not resolve them, if one could not
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
+        #: the paths named on the command line leave oloproof.yaml out: the evaluation is not collected
+        self.left_out_by_args = False
         self.interrupted = False
+        #: the interruption was SIGTERM: no judge is asked any more and none is waited for
+        self.terminated = False
         self.selection_failed = False
         #: node ids of config files whose collection failed on an Oloproof error (a usage error: exit 2)
         self.cannot_start: set[str] = set()
@@ -328,7 +332,12 @@ class OloproofPlugin:
     # -- startup
 
     def _extend_args(self) -> None:
-        """Make sure oloproof.yaml is collected even when pytest was given other paths."""
+        """Collect oloproof.yaml when pytest chose the paths itself (testpaths, the current folder).
+
+        Paths named on the command line select what runs, as in any pytest session: when
+        none of them is the config file or a folder holding it, the evaluation is not
+        collected (`pytest --oloproof test_normal.py` runs test_normal.py only).
+        """
         target = self.config_path
         if target is None:
             return
@@ -341,6 +350,9 @@ class OloproofPlugin:
                     return
             except OSError:
                 continue
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            self.left_out_by_args = True
+            return
         args.append(str(target))
 
     def _install_sigterm(self) -> None:
@@ -923,6 +935,12 @@ class OloproofPlugin:
             return
         self._record_unrecorded(session)
         if self.recorder is None:
+            if self.left_out_by_args and self.config_path is not None:
+                name = self.config_path.name
+                self.summary_lines = [
+                    f"no case ran: the paths given do not include {name} (or a folder holding it); name it too "
+                    f"to run the evaluation: pytest --oloproof {_shown_path(self.config_path, self.config)} ..."
+                ]
             return
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         complete = not interrupted and len(self.recorder.cases) >= self.items_selected
@@ -1104,6 +1122,14 @@ def _redact_sections(report: pytest.TestReport) -> None:
 def _redacted_repr(rep: Any) -> Any:
     """pytest's own failure text, as text with secrets redacted once any is registered (colours are lost)."""
     return redact(str(rep)) if redaction.active() else rep
+
+
+def _shown_path(path: Path, config: pytest.Config) -> str:
+    """`path` relative to where pytest was invoked, when it is below it."""
+    try:
+        return str(path.relative_to(Path(config.invocation_params.dir).resolve()))
+    except ValueError:
+        return str(path)
 
 
 def _ini_config_path(config: pytest.Config) -> str | None:

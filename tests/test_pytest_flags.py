@@ -65,3 +65,38 @@ def test_last_failed_and_failed_first_select_the_failed_cases(pytester: pytest.P
     ran = _ran(first_first)
     assert ran[: len(FAILING)] == list(FAILING) and len(ran) == N
     assert last_run(pytester)["status"] == "complete"
+
+
+# ------------------------------------------------------------------ path arguments
+
+
+def test_paths_on_the_command_line_select_whether_the_evaluation_runs(pytester: pytest.Pytester) -> None:
+    rag_project(pytester, [case("a"), case("b")], extra="store: .oloproof\n")
+    pytester.makepyfile(test_normal="def test_normal():\n    pass\n")
+
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "test_normal.py")
+    result.assert_outcomes(passed=1)
+    assert calls(pytester) == []
+    assert_nothing_written(pytester.path)
+    result.stdout.fnmatch_lines(["*no case ran: the paths given do not include oloproof.yaml*"])
+
+    both = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "test_normal.py", "oloproof.yaml")
+    both.assert_outcomes(passed=3)
+    folder = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", str(pytester.path))
+    folder.assert_outcomes(passed=3)
+    one = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "oloproof.yaml::sys[b]")
+    one.assert_outcomes(passed=1)
+    assert [c["id"] for c in last_run(pytester)["cases"]] == ["b"]
+    default = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")  # pytest picks the paths: everything
+    default.assert_outcomes(passed=3)
+
+
+def test_a_path_argument_leaves_the_evaluation_out_under_xdist_too(pytester: pytest.Pytester) -> None:
+    rag_project(pytester, [case("a"), case("b")], extra="store: .oloproof\n")
+    pytester.makepyfile(test_normal="def test_normal():\n    pass\n")
+    result = pytester.runpytest_subprocess(
+        "--oloproof", "-p", "no:cacheprovider", "-p", "xdist", "-n", "2", "test_normal.py"
+    )
+    result.assert_outcomes(passed=1)
+    assert calls(pytester) == []
+    assert_nothing_written(pytester.path)
