@@ -692,6 +692,8 @@ class OloproofPlugin:
             self._gc_frozen = True
         if self.evaluation is not None:
             self.evaluation.cases = []  # the selected items hold their cases; let the others go
+        if self.runs_nothing:  # --collect-only, --setup-only, --setup-plan: no case executes, nothing is stored
+            return
         if self.diagnoser is not None:
             self.diagnoser.select(i.case.id for i in items)
             return
@@ -712,6 +714,16 @@ class OloproofPlugin:
                 self._deferred_cases = [i.case for i in items]
             else:
                 self._start_prefetcher(ev, [i.case for i in items])
+
+    @property
+    def runs_nothing(self) -> bool:
+        """pytest only lists the items (--collect-only) or their fixtures (--setup-only, --setup-plan).
+
+        Collecting and inspecting never execute a case or spend money: no case runs ahead of
+        the items, no run or diagnosis is stored.
+        """
+        opt = self.config.getoption
+        return bool(opt("collectonly", False) or opt("setuponly", False) or opt("setupplan", False))
 
     def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
         from .prefetch import Prefetcher
@@ -930,6 +942,8 @@ class OloproofPlugin:
             session.exitstatus = EXIT_INTERNAL
         elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR or self.start_failed:
             session.exitstatus = EXIT_USAGE  # an Oloproof collection error is a usage error, also under xdist
+        if self.runs_nothing:
+            return
         if self.diagnoser is not None:
             self._finish_diagnosis(session, exitstatus)
             return

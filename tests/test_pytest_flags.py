@@ -34,6 +34,60 @@ def judged_project(pytester: pytest.Pytester, base_url: str, *, concurrency: int
     rag_project(pytester, cases, evaluators=evaluators, extra=f"concurrency: {concurrency}\nstore: .oloproof\n{extra}")
 
 
+# ------------------------------------------------------------------ --collect-only
+
+
+@pytest.mark.parametrize("xdist", [False, True], ids=["one-process", "xdist-n2"])
+@pytest.mark.parametrize("concurrency", [1, 8])
+@pytest.mark.parametrize("flags", [("--collect-only",), ("--co", "-q")], ids=["collect-only", "co-q"])
+def test_collect_only_executes_nothing_and_stores_nothing(
+    pytester: pytest.Pytester, concurrency: int, xdist: bool, flags: tuple[str, ...]
+) -> None:
+    """With concurrency > 1 the cases used to run ahead of the items while pytest only listed them:
+    13 generate() calls, 13 judge requests and a complete run stored."""
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=concurrency)
+        args = ["--oloproof", "-p", "no:cacheprovider", *flags]
+        if xdist:
+            args += ["-p", "xdist", "-n", "2"]
+        result = pytester.runpytest_subprocess(*args)
+        requests = len(server.requests)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*oloproof.yaml::sys[[]c00[]]*" if "-q" in flags else "*c00*"])
+    assert calls(pytester) == []
+    assert requests == 0
+    assert_nothing_written(pytester.path)
+
+
+def test_setup_only_executes_nothing_and_stores_nothing(pytester: pytest.Pytester) -> None:
+    """--setup-only shows the fixtures and skips every test's call: no case may run ahead of it either."""
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=8)
+        result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", "--setup-only")
+        requests = len(server.requests)
+    assert result.ret == 0, result.stdout.str()
+    assert calls(pytester) == [] and requests == 0
+    assert_nothing_written(pytester.path)
+
+
+def test_oloproof_run_collect_only_executes_nothing(pytester: pytest.Pytester) -> None:
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=8)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "--collect-only", "-q"],
+            cwd=pytester.path,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        requests = len(server.requests)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "oloproof.yaml::sys[c12]" in done.stdout
+    assert calls(pytester) == [] and requests == 0
+    assert_nothing_written(pytester.path)
+
+
 # ------------------------------------------------------------------ --lf / --ff
 
 
