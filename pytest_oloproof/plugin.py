@@ -17,7 +17,7 @@ import shutil
 import signal
 import threading
 import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -255,6 +255,45 @@ def _marker_name(value: Any) -> str:
     return re.sub(r"\W+", "_", str(value)).strip("_") or "_"
 
 
+def _registered_markers(config: pytest.Config) -> set[str]:
+    """Names of the markers registered so far (by pytest, plugins, conftest files, the ini file)."""
+    return {str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
+
+
+def check_metadata_markers(config: pytest.Config, cases: Sequence[Case], markers: Sequence[str], where: str) -> None:
+    """Refuse a metadata value that would become a marker someone else registered (raises ConfigCollectError).
+
+    pytest, its plugins and conftest files give registered markers meanings of their own: a case
+    whose topic is `skip` or `xfail` would be skipped or reported xfailed, changing the run's
+    outcome. Oloproof cannot tell which registered markers something acts on, so none may be a
+    metadata value; checked for every case before any item exists. `where`: the `markers:`
+    setting's place in oloproof.yaml, for the message.
+    """
+    if not markers:
+        return
+    taken = _registered_markers(config)
+    problems = []
+    for case in cases:
+        for key in markers:
+            value = case.metadata.get(key)
+            if value is None or value == "":
+                continue
+            name = _marker_name(value)
+            if name in taken:
+                problems.append(
+                    f"{case.source}: case {case.id!r}: metadata.{key} is {value!r}, which would become the marker "
+                    f"{name!r}; pytest or a plugin already registers {name!r} and may act on it (skip, xfail, "
+                    "usefixtures and the like change what a case reports)"
+                )
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        keys = ", ".join(markers)
+        raise ConfigCollectError(
+            "\n".join(shown) + f"\nFix: give these cases another {keys} value, or take the key out of `markers:` "
+            f"({where}); metadata values never become markers that pytest or a plugin registers"
+        )
+
+
 def _mark_case(config: pytest.Config, item: pytest.Item, case: Case, markers: Any) -> None:
     """Metadata markers (`markers:` in the config) and -k keywords (case id, metadata values)."""
     for key in markers:
@@ -485,6 +524,7 @@ class OloproofPlugin:
         self.fixture_names = fixture_names
         system = redact(ev.system.config["name"])  # node ids are printed and written to JUnit
         markers = ev.cfg.settings.markers
+        self._check_markers(ev, ev.cases, parent)
         fixtureinfo = None
         parent.add_marker("oloproof")  # items inherit it from their file: one marker, not one per item
         for case in ev.cases:
@@ -497,6 +537,18 @@ class OloproofPlugin:
             item.bind(case)
             _mark_case(self.config, item, case, markers)
             yield item
+
+    def _check_markers(self, ev: Evaluation, cases: Sequence[Case], parent: OloproofFile) -> None:
+        """Metadata markers that pytest or a plugin registers are a configuration error (exit 2, nothing runs)."""
+        from .config import where_in
+
+        try:
+            check_metadata_markers(
+                self.config, cases, ev.cfg.settings.markers, where_in(ev.cfg.path, ev.cfg.node, ["markers"])
+            )
+        except ConfigCollectError:
+            self.cannot_start.add(parent.nodeid)
+            raise
 
     # -- diagnosis (SPEC §9): items are the run's failed cases; the work is diagnose.Diagnoser's
 
@@ -523,9 +575,9 @@ class OloproofPlugin:
             self.cannot_start.add(parent.nodeid)
             raise ConfigCollectError(str(exc)) from exc
         system = redact(ev.system.config["name"])
-        for case_id in self.diagnoser.failed_ids:
-            case = case_from_record(self.diagnoser.by_id[case_id])
-
+        cases = [case_from_record(self.diagnoser.by_id[case_id]) for case_id in self.diagnoser.failed_ids]
+        self._check_markers(ev, cases, parent)
+        for case in cases:
             item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case)
             item.bind(case)
             for marker in ("oloproof", "oloproof_failed", "oloproof_diagnose"):

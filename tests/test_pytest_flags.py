@@ -154,3 +154,52 @@ def test_a_path_argument_leaves_the_evaluation_out_under_xdist_too(pytester: pyt
     result.assert_outcomes(passed=1)
     assert calls(pytester) == []
     assert_nothing_written(pytester.path)
+
+
+# ------------------------------------------------------------------ metadata markers
+
+
+@pytest.mark.parametrize("value", ["skip", "xfail"])
+def test_a_metadata_value_naming_a_registered_marker_is_refused_before_anything_runs(
+    pytester: pytest.Pytester, value: str
+) -> None:
+    """A topic `skip` made its case vanish (12 of 13 recorded); failing cases with topic `xfail` were
+    reported xfailed and the run exited 0. Such a value is now a configuration error (exit 2)."""
+    cases = [case(f"c{i:02d}", answer="nowhere", metadata={"topic": "billing"}) for i in range(4)]
+    cases[2]["metadata"]["topic"] = value
+    rag_project(pytester, cases, extra="markers: [topic]\nconcurrency: 4\nstore: .oloproof\n")
+    pytester.makepyfile(test_ordinary="def test_ordinary():\n    open('ordinary.ran', 'w').close()\n")
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    assert result.ret == 2, result.stdout.str()
+    text = result.stdout.str()
+    assert f"cases.jsonl:3: case 'c02': metadata.topic is '{value}'" in text, text
+    assert "oloproof.yaml:" in text and "take the key out of `markers:`" in text, text
+    assert calls(pytester) == []
+    assert not (pytester.path / "ordinary.ran").exists()
+    assert_nothing_written(pytester.path)
+
+
+def test_metadata_markers_that_nothing_registers_still_select_cases(pytester: pytest.Pytester) -> None:
+    cases = [case("a", metadata={"topic": "billing"}), case("b", metadata={"topic": "skip_me"})]
+    rag_project(pytester, cases, extra="markers: [topic]\nstore: .oloproof\n")
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--strict-markers", "-m", "skip_me")
+    result.assert_outcomes(passed=1)
+    assert [c["id"] for c in last_run(pytester)["cases"]] == ["b"]
+
+
+def test_a_marker_a_conftest_registers_is_refused_too(pytester: pytest.Pytester) -> None:
+    """A conftest.py that skips `slow` tests unless asked (pytest's own documented recipe) would skip the case."""
+    rag_project(pytester, [case("a", metadata={"speed": "slow"})], extra="markers: [speed]\nstore: .oloproof\n")
+    pytester.makeconftest(
+        "import pytest\n\n"
+        "def pytest_configure(config):\n"
+        "    config.addinivalue_line('markers', 'slow: a slow test, skipped unless --runslow')\n\n"
+        "def pytest_collection_modifyitems(config, items):\n"
+        "    for item in items:\n"
+        "        if 'slow' in item.keywords:\n"
+        "            item.add_marker(pytest.mark.skip(reason='slow'))\n"
+    )
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    assert result.ret == 2, result.stdout.str()
+    result.stdout.fnmatch_lines(["*metadata.speed is 'slow', which would become the marker 'slow'*"])
+    assert calls(pytester) == []
