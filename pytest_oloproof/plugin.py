@@ -965,6 +965,7 @@ class OloproofPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
+        self.terminated = self.terminated or isinstance(excinfo.value, Terminated)
         _drop_lineless_frames(excinfo.value)
 
     @pytest.hookimpl(tryfirst=True)
@@ -1066,14 +1067,16 @@ class OloproofPlugin:
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED
         prefetcher = self.prefetcher
         grace = PREFETCH_GRACE_S if interrupted else 0.0
+        judges = not self.terminated  # after SIGTERM only the executing cases are waited for, never a judge
+        running = prefetcher.running if judges else prefetcher.executing
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if interrupted and prefetcher.running and tr is not None:
+        if interrupted and running and tr is not None:
             tr.write_line(
-                f"oloproof: interrupted; waiting up to {grace:.0f} s for {prefetcher.running} running case(s) "
+                f"oloproof: interrupted; waiting up to {grace:.0f} s for {running} running case(s) "
                 "(Ctrl-C again to stop now)"
             )
         try:
-            prefetcher.stop(grace_s=grace)
+            prefetcher.stop(grace_s=grace, judges=judges)
         except KeyboardInterrupt:
             prefetcher.stop(grace_s=0.0)
 
@@ -1105,12 +1108,15 @@ class OloproofPlugin:
                 )
             return
         evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
+        ask = not self.terminated  # SIGTERM: record with the verdicts already judged, ask no judge
         if self.interrupted and left and tr is not None:
             tr.write_line(
                 f"oloproof: recording {len(left)} completed case(s), judging what was not judged ahead "
                 "(Ctrl-C again to record them with only the verdicts already judged)"
+                if ask
+                else f"oloproof: terminated; recording {len(left)} completed case(s) with the verdicts already "
+                "judged (no judge is asked)"
             )
-        ask = True
         prefetcher = self.prefetcher
         # Only the judging is interrupted by Ctrl-C: a Ctrl-C landing anywhere else (while a record is
         # written, say) would lose that case and every one after it; it is noted, and stops the judging
@@ -1237,8 +1243,12 @@ def _warm_summary() -> None:
         pass
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM on the controller: an interruption (exit 2) that asks no more judges and waits on none."""
+
+
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated("SIGTERM")
 
 
 class _NotedInterrupts:
