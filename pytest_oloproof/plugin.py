@@ -544,7 +544,10 @@ class OloproofPlugin:
 
         try:
             check_metadata_markers(
-                self.config, cases, ev.cfg.settings.markers, where_in(ev.cfg.path, ev.cfg.node, ["markers"])
+                self.config,
+                cases,
+                ev.cfg.settings.markers,
+                where_in(Path(_shown_path(ev.cfg.path, self.config)), ev.cfg.node, ["markers"]),
             )
         except ConfigCollectError:
             self.cannot_start.add(parent.nodeid)
