@@ -120,6 +120,11 @@ def test_last_failed_and_failed_first_select_the_failed_cases(pytester: pytest.P
     assert ran[: len(FAILING)] == list(FAILING) and len(ran) == N
     assert last_run(pytester)["status"] == "complete"
 
+    # --stepwise matches the item the same way: the second run starts at the case that failed
+    pytester.runpytest("--oloproof", "-p", "no:randomly", "-v", "--sw", "-k", "not ordinary")
+    step = pytester.runpytest("--oloproof", "-p", "no:randomly", "-v", "--sw", "-k", "not ordinary")
+    assert _ran(step)[0] == FAILING[0], step.stdout.str()
+
 
 # ------------------------------------------------------------------ path arguments
 
