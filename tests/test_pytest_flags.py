@@ -13,7 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from staged_helpers import assert_nothing_written, calls, case, last_run, rag_project
+from staged_helpers import (
+    RAG_SOURCE,
+    assert_nothing_written,
+    calls,
+    case,
+    cases_text,
+    config_text,
+    last_run,
+    rag_project,
+)
 
 from tests.judge_server import Reply, ScriptedServer
 
@@ -217,28 +226,26 @@ def test_sigterm_asks_no_more_judges_and_waits_for_none(tmp_path: Path) -> None:
     """After SIGTERM the completed cases used to be judged one at a time, so a judge that hangs kept the
     process alive for minutes. Now no judge request starts after the signal, none is waited for, and
     what completed is recorded as incomplete with the judge's criterion missing."""
-    pytester_like = tmp_path
+    root = tmp_path
     with ScriptedServer([Reply.verdict("pass", delay=600)]) as server:
-        (pytester_like / "pytest.ini").write_text("[pytest]\n")
+        (root / "pytest.ini").write_text("[pytest]\n")
         module = "sigterm_sys"
-        from staged_helpers import RAG_SOURCE, cases_text, config_text
-
-        (pytester_like / f"{module}.py").write_text(RAG_SOURCE.replace("{settings}", "depth=4, top_k=2"))
+        (root / f"{module}.py").write_text(RAG_SOURCE.replace("{settings}", "depth=4, top_k=2"))
         pairs = list(itertools.permutations(["d1", "d2", "d3", "d4", "d5"], 2))  # a distinct context each
         cases = [case(f"c{i:02d}", input={"docs": list(pairs[i])}) for i in range(N)]
-        (pytester_like / "cases.jsonl").write_text(cases_text(cases))
+        (root / "cases.jsonl").write_text(cases_text(cases))
         evaluators = (
             "evaluators:\n"
             "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
             f"  - {{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: m, "
             "retries: 0, timeout_s: 300, concurrency: 2}\n"
         )
-        (pytester_like / "oloproof.yaml").write_text(
+        (root / "oloproof.yaml").write_text(
             config_text(module, evaluators=evaluators, extra="concurrency: 4\nstore: .oloproof\n")
         )
         proc = subprocess.Popen(
             [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
-            cwd=pytester_like,
+            cwd=root,
             env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -247,7 +254,7 @@ def test_sigterm_asks_no_more_judges_and_waits_for_none(tmp_path: Path) -> None:
         try:
             assert server.wait_for_requests(2) == 2  # both judge threads wait on the judge
             deadline = time.monotonic() + 60
-            log = pytester_like / "calls.log"
+            log = root / "calls.log"
             while not log.exists() or len(log.read_text().splitlines()) < 2 * N:
                 assert time.monotonic() < deadline, "the cases did not all execute"
                 time.sleep(0.05)
@@ -261,7 +268,7 @@ def test_sigterm_asks_no_more_judges_and_waits_for_none(tmp_path: Path) -> None:
     assert proc.returncode == 2, out
     assert requests == 2, out  # no judge was asked after the signal
     assert "no judge is asked" in out, out
-    (run_dir,) = (pytester_like / ".oloproof" / "runs").iterdir()
+    (run_dir,) = (root / ".oloproof" / "runs").iterdir()
     record = json.loads((run_dir / "run.json").read_text())
     recorded = [json.loads(line) for line in (run_dir / "cases.jsonl").read_text().splitlines()]
     assert record["status"] == "incomplete", out
