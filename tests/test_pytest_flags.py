@@ -46,6 +46,7 @@ def judged_project(pytester: pytest.Pytester, base_url: str, *, concurrency: int
 # ------------------------------------------------------------------ --collect-only
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("xdist", [False, True], ids=["one-process", "xdist-n2"])
 @pytest.mark.parametrize("concurrency", [1, 8])
 @pytest.mark.parametrize("flags", [("--collect-only",), ("--co", "-q")], ids=["collect-only", "co-q"])
@@ -68,6 +69,7 @@ def test_collect_only_executes_nothing_and_stores_nothing(
     assert_nothing_written(pytester.path)
 
 
+@pytest.mark.slow
 def test_setup_only_executes_nothing_and_stores_nothing(pytester: pytest.Pytester) -> None:
     """--setup-only shows the fixtures and skips every test's call: no case may run ahead of it either."""
     with ScriptedServer([Reply.verdict("pass")]) as server:
@@ -79,6 +81,7 @@ def test_setup_only_executes_nothing_and_stores_nothing(pytester: pytest.Pyteste
     assert_nothing_written(pytester.path)
 
 
+@pytest.mark.slow
 def test_oloproof_run_collect_only_executes_nothing(pytester: pytest.Pytester) -> None:
     with ScriptedServer([Reply.verdict("pass")]) as server:
         judged_project(pytester, server.base_url, concurrency=8)
@@ -159,6 +162,7 @@ def test_paths_on_the_command_line_select_whether_the_evaluation_runs(pytester: 
     default.assert_outcomes(passed=3)
 
 
+@pytest.mark.slow
 def test_a_path_argument_leaves_the_evaluation_out_under_xdist_too(pytester: pytest.Pytester) -> None:
     rag_project(pytester, [case("a"), case("b")], extra="store: .oloproof\n")
     pytester.makepyfile(test_normal="def test_normal():\n    pass\n")
@@ -222,6 +226,7 @@ def test_a_marker_a_conftest_registers_is_refused_too(pytester: pytest.Pytester)
 # ------------------------------------------------------------------ SIGTERM with a judge that never answers
 
 
+@pytest.mark.slow
 def test_sigterm_asks_no_more_judges_and_waits_for_none(tmp_path: Path) -> None:
     """After SIGTERM the completed cases used to be judged one at a time, so a judge that hangs kept the
     process alive for minutes. Now no judge request starts after the signal, none is waited for, and
