@@ -969,6 +969,10 @@ class OloproofPlugin:
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
         self.terminated = self.terminated or isinstance(excinfo.value, Terminated)
+        if self.terminated and self.prefetcher is not None:
+            # at once, not at session finish: pytest renders the interruption first (seconds, on a busy
+            # machine), and the judge threads would go on asking judges all that time
+            self.prefetcher.stop(grace_s=0.0, judges=False)
         _drop_lineless_frames(excinfo.value)
 
     @pytest.hookimpl(tryfirst=True)

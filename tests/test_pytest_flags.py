@@ -281,3 +281,75 @@ def test_sigterm_asks_no_more_judges_and_waits_for_none(tmp_path: Path) -> None:
     assert all(c["criteria"]["answer_correct"]["status"] == "observed" for c in recorded)
     grounded = [c["criteria"]["grounded"] for c in recorded]
     assert all(g["status"] == "missing" and g["reason"] == "interrupted" for g in grounded), grounded
+
+
+ANSWERING_SYSTEM = """
+from pytest_oloproof import Passage, Retrieval, rag_system
+
+
+@rag_system(name="answering", version="1", depth=1, top_k=1)
+class System:
+    def retrieve(self, input, depth):
+        return Retrieval(query=input["q"], depth=depth, candidates=(Passage("d1", 1.0, "Refunds take 14 days."),))
+
+    def generate(self, input, context):
+        return {"answer": "answer to " + input["q"]}  # a distinct verdict to ask for each case
+"""
+
+# pytest renders the interruption after the plugins' own hook; this stretches that moment to 3 s
+SLOW_INTERRUPT_CONFTEST = """
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_keyboard_interrupt(excinfo):
+    Path("interrupt_seen.txt").write_text(repr(time.monotonic()))
+    time.sleep(3)
+"""
+
+
+@pytest.mark.slow
+def test_after_sigterm_the_judges_ahead_stop_at_once(tmp_path: Path) -> None:
+    """The judge threads stopped only at session finish: while pytest reported the interruption they went
+    on asking the judge (here for 3 s). Now no judge request starts once the signal is seen."""
+    n = 300
+    with ScriptedServer([Reply.verdict("pass", delay=0.05)]) as server:
+        (tmp_path / "pytest.ini").write_text("[pytest]\n")
+        (tmp_path / "answering_sys.py").write_text(ANSWERING_SYSTEM)
+        (tmp_path / "conftest.py").write_text(SLOW_INTERRUPT_CONFTEST)
+        (tmp_path / "cases.jsonl").write_text(cases_text([case(f"c{i:03d}", answer="answer to") for i in range(n)]))
+        evaluators = (
+            "evaluators:\n"
+            "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
+            f"  - {{type: groundedness_judge, provider: openai, base_url: '{server.base_url}', model: m, "
+            "retries: 0, concurrency: 2}\n"
+        )
+        (tmp_path / "oloproof.yaml").write_text(
+            config_text("answering_sys", evaluators=evaluators, extra="concurrency: 4\nstore: .oloproof\n")
+        )
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest_oloproof.cli", "run", "-p", "no:cacheprovider", "-p", "no:randomly"],
+            cwd=tmp_path,
+            env={k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert server.wait_for_requests(5) == 5
+            proc.send_signal(signal.SIGTERM)
+            out, _ = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        seen = float((tmp_path / "interrupt_seen.txt").read_text())
+        # a request sent just before the signal may be read a moment later; none starts in the 3 s after it
+        late = [r for r in server.requests if r.at > seen + 1.0]
+        total = len(server.requests)
+    assert proc.returncode == 2, out
+    assert total < n, out  # the run was still judging when the signal came
+    assert late == [], f"{len(late)} judge requests started after SIGTERM\n{out}"
