@@ -473,7 +473,8 @@ class OloproofPlugin:
             registry=self._registry(),
             overrides=overrides,
         )
-        self._check_cache(self.evaluation)
+        if not self.runs_nothing:  # listing items opens no cache (and creates no store)
+            self._check_cache(self.evaluation)
         self._share_budget(self.evaluation)
         return self.evaluation
 
