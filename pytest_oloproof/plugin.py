@@ -17,7 +17,7 @@ import shutil
 import signal
 import threading
 import types
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -205,6 +205,18 @@ class CaseItem(pytest.Function):
     diagnosis: dict[str, Any] | None = None  # a diagnosis item's outcome (diagnose.Diagnoser.run_case)
     evaluators: list[dict[str, Any]] | None = None
 
+    @property
+    def id(self) -> Any:
+        """pytest 9.2+: the structured node id, as pytest parses it back from the text `nodeid`.
+
+        pytest's last-failed cache (`--lf`, `--ff`) stores node ids as text and reads
+        `support-rag[refund_annual]` back as a name and a parameter; built from that name
+        alone, the item's own id kept it whole and never matched. Same text, same id.
+        """
+        own = super().id
+        parse = getattr(type(own), "parse", None)
+        return parse(str(own)) if parse is not None else own
+
     def reportinfo(self) -> tuple[Any, int | None, str]:
         line = None
         src = self.case_source
@@ -241,6 +253,45 @@ class CaseItem(pytest.Function):
 
 def _marker_name(value: Any) -> str:
     return re.sub(r"\W+", "_", str(value)).strip("_") or "_"
+
+
+def _registered_markers(config: pytest.Config) -> set[str]:
+    """Names of the markers registered so far (by pytest, plugins, conftest files, the ini file)."""
+    return {str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}
+
+
+def check_metadata_markers(config: pytest.Config, cases: Sequence[Case], markers: Sequence[str], where: str) -> None:
+    """Refuse a metadata value that would become a marker someone else registered (raises ConfigCollectError).
+
+    pytest, its plugins and conftest files give registered markers meanings of their own: a case
+    whose topic is `skip` or `xfail` would be skipped or reported xfailed, changing the run's
+    outcome. Oloproof cannot tell which registered markers something acts on, so none may be a
+    metadata value; checked for every case before any item exists. `where`: the `markers:`
+    setting's place in oloproof.yaml, for the message.
+    """
+    if not markers:
+        return
+    taken = _registered_markers(config)
+    problems = []
+    for case in cases:
+        for key in markers:
+            value = case.metadata.get(key)
+            if value is None or value == "":
+                continue
+            name = _marker_name(value)
+            if name in taken:
+                problems.append(
+                    f"{case.source}: case {case.id!r}: metadata.{key} is {value!r}, which would become the marker "
+                    f"{name!r}; pytest or a plugin already registers {name!r} and may act on it (skip, xfail, "
+                    "usefixtures and the like change what a case reports)"
+                )
+    if problems:
+        shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
+        keys = ", ".join(markers)
+        raise ConfigCollectError(
+            "\n".join(shown) + f"\nFix: give these cases another {keys} value, or take the key out of `markers:` "
+            f"({where}); metadata values never become markers that pytest or a plugin registers"
+        )
 
 
 def _mark_case(config: pytest.Config, item: pytest.Item, case: Case, markers: Any) -> None:
@@ -289,7 +340,11 @@ class OloproofPlugin:
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
         self._evaluator_error: str | None = None  # why an item could not resolve them, if one could not
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
+        #: the paths named on the command line leave oloproof.yaml out: the evaluation is not collected
+        self.left_out_by_args = False
         self.interrupted = False
+        #: the interruption was SIGTERM: no judge is asked any more and none is waited for
+        self.terminated = False
         self.selection_failed = False
         #: node ids of config files whose collection failed on an Oloproof error (a usage error: exit 2)
         self.cannot_start: set[str] = set()
@@ -318,7 +373,12 @@ class OloproofPlugin:
     # -- startup
 
     def _extend_args(self) -> None:
-        """Make sure oloproof.yaml is collected even when pytest was given other paths."""
+        """Collect oloproof.yaml when pytest chose the paths itself (testpaths, the current folder).
+
+        Paths named on the command line select what runs, as in any pytest session: when
+        none of them is the config file or a folder holding it, the evaluation is not
+        collected (`pytest --oloproof test_normal.py` runs test_normal.py only).
+        """
         target = self.config_path
         if target is None:
             return
@@ -331,6 +391,9 @@ class OloproofPlugin:
                     return
             except OSError:
                 continue
+        if self.config.args_source == pytest.Config.ArgsSource.ARGS:
+            self.left_out_by_args = True
+            return
         args.append(str(target))
 
     def _install_sigterm(self) -> None:
@@ -412,7 +475,8 @@ class OloproofPlugin:
             registry=self._registry(),
             overrides=overrides,
         )
-        self._check_cache(self.evaluation)
+        if not self.runs_nothing:  # listing items opens no cache (and creates no store)
+            self._check_cache(self.evaluation)
         self._share_budget(self.evaluation)
         return self.evaluation
 
@@ -463,6 +527,7 @@ class OloproofPlugin:
         self.fixture_names = fixture_names
         system = redact(ev.system.config["name"])  # node ids are printed and written to JUnit
         markers = ev.cfg.settings.markers
+        self._check_markers(ev, ev.cases, parent)
         fixtureinfo = None
         parent.add_marker("oloproof")  # items inherit it from their file: one marker, not one per item
         for case in ev.cases:
@@ -475,6 +540,21 @@ class OloproofPlugin:
             item.bind(case)
             _mark_case(self.config, item, case, markers)
             yield item
+
+    def _check_markers(self, ev: Evaluation, cases: Sequence[Case], parent: OloproofFile) -> None:
+        """Metadata markers that pytest or a plugin registers are a configuration error (exit 2, nothing runs)."""
+        from .config import where_in
+
+        try:
+            check_metadata_markers(
+                self.config,
+                cases,
+                ev.cfg.settings.markers,
+                where_in(Path(_shown_path(ev.cfg.path, self.config)), ev.cfg.node, ["markers"]),
+            )
+        except ConfigCollectError:
+            self.cannot_start.add(parent.nodeid)
+            raise
 
     # -- diagnosis (SPEC §9): items are the run's failed cases; the work is diagnose.Diagnoser's
 
@@ -501,9 +581,9 @@ class OloproofPlugin:
             self.cannot_start.add(parent.nodeid)
             raise ConfigCollectError(str(exc)) from exc
         system = redact(ev.system.config["name"])
-        for case_id in self.diagnoser.failed_ids:
-            case = case_from_record(self.diagnoser.by_id[case_id])
-
+        cases = [case_from_record(self.diagnoser.by_id[case_id]) for case_id in self.diagnoser.failed_ids]
+        self._check_markers(ev, cases, parent)
+        for case in cases:
             item = CaseItem.from_parent(parent, name=f"{system}[{case.id}]", callobj=_run_case)
             item.bind(case)
             for marker in ("oloproof", "oloproof_failed", "oloproof_diagnose"):
@@ -694,6 +774,8 @@ class OloproofPlugin:
             self._gc_frozen = True
         if self.evaluation is not None:
             self.evaluation.cases = []  # the selected items hold their cases; let the others go
+        if self.runs_nothing:  # --collect-only, --setup-only, --setup-plan: no case executes, nothing is stored
+            return
         if self.diagnoser is not None:
             self.diagnoser.select(i.case.id for i in items)
             return
@@ -714,6 +796,16 @@ class OloproofPlugin:
                 self._deferred_cases = [i.case for i in items]
             else:
                 self._start_prefetcher(ev, [i.case for i in items])
+
+    @property
+    def runs_nothing(self) -> bool:
+        """pytest only lists the items (--collect-only) or their fixtures (--setup-only, --setup-plan).
+
+        Collecting and inspecting never execute a case or spend money: no case runs ahead of
+        the items, no run or diagnosis is stored.
+        """
+        opt = self.config.getoption
+        return bool(opt("collectonly", False) or opt("setuponly", False) or opt("setupplan", False))
 
     def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
         from .prefetch import Prefetcher
@@ -909,6 +1001,11 @@ class OloproofPlugin:
     @pytest.hookimpl(tryfirst=True)
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.interrupted = True
+        self.terminated = self.terminated or isinstance(excinfo.value, Terminated)
+        if self.terminated and self.prefetcher is not None:
+            # at once, not at session finish: pytest renders the interruption first (seconds, on a busy
+            # machine), and the judge threads would go on asking judges all that time
+            self.prefetcher.stop(grace_s=0.0, judges=False)
         _drop_lineless_frames(excinfo.value)
 
     @pytest.hookimpl(tryfirst=True)
@@ -943,6 +1040,8 @@ class OloproofPlugin:
             session.exitstatus = EXIT_INTERNAL
         elif int(exitstatus) == pytest.ExitCode.USAGE_ERROR or self.start_failed:
             session.exitstatus = EXIT_USAGE  # an Oloproof collection error is a usage error, also under xdist
+        if self.runs_nothing:
+            return
         if self.diagnoser is not None:
             try:
                 self._finish_diagnosis(session, exitstatus)
@@ -959,6 +1058,12 @@ class OloproofPlugin:
             self._report_store_error(session)
             return
         if self.recorder is None:
+            if self.left_out_by_args and self.config_path is not None:
+                name = self.config_path.name
+                self.summary_lines = [
+                    f"no case ran: the paths given do not include {name} (or a folder holding it); name it too "
+                    f"to run the evaluation: pytest --oloproof {_shown_path(self.config_path, self.config)} ..."
+                ]
             return
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         complete = not interrupted and len(self.recorder.cases) >= self.items_selected
@@ -1054,14 +1159,16 @@ class OloproofPlugin:
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED
         prefetcher = self.prefetcher
         grace = PREFETCH_GRACE_S if interrupted else 0.0
+        judges = not self.terminated  # after SIGTERM only the executing cases are waited for, never a judge
+        running = prefetcher.running if judges else prefetcher.executing
         tr = self.config.pluginmanager.get_plugin("terminalreporter")
-        if interrupted and prefetcher.running and tr is not None:
+        if interrupted and running and tr is not None:
             tr.write_line(
-                f"oloproof: interrupted; waiting up to {grace:.0f} s for {prefetcher.running} running case(s) "
+                f"oloproof: interrupted; waiting up to {grace:.0f} s for {running} running case(s) "
                 "(Ctrl-C again to stop now)"
             )
         try:
-            prefetcher.stop(grace_s=grace)
+            prefetcher.stop(grace_s=grace, judges=judges)
         except KeyboardInterrupt:
             prefetcher.stop(grace_s=0.0)
 
@@ -1093,12 +1200,15 @@ class OloproofPlugin:
                 )
             return
         evaluators = self._evaluators if self._evaluators is not None else ev.evaluators
+        ask = not self.terminated  # SIGTERM: record with the verdicts already judged, ask no judge
         if self.interrupted and left and tr is not None:
             tr.write_line(
                 f"oloproof: recording {len(left)} completed case(s), judging what was not judged ahead "
                 "(Ctrl-C again to record them with only the verdicts already judged)"
+                if ask
+                else f"oloproof: terminated; recording {len(left)} completed case(s) with the verdicts already "
+                "judged (no judge is asked)"
             )
-        ask = True
         prefetcher = self.prefetcher
         # Only the judging is interrupted by Ctrl-C: a Ctrl-C landing anywhere else (while a record is
         # written, say) would lose that case and every one after it; it is noted, and stops the judging
@@ -1178,6 +1288,14 @@ def _redacted_repr(rep: Any) -> Any:
     return redact(str(rep)) if redaction.active() else rep
 
 
+def _shown_path(path: Path, config: pytest.Config) -> str:
+    """`path` relative to where pytest was invoked, when it is below it."""
+    try:
+        return str(path.relative_to(Path(config.invocation_params.dir).resolve()))
+    except ValueError:
+        return str(path)
+
+
 def _ini_config_path(config: pytest.Config) -> str | None:
     """The `oloproof_config` ini value, relative to the ini file's folder as pytest does for paths."""
     ini = str(config.getini("oloproof_config") or "").strip()
@@ -1217,8 +1335,12 @@ def _warm_summary() -> None:
         pass
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM on the controller: an interruption (exit 2) that asks no more judges and waits on none."""
+
+
 def _sigterm_to_interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt
+    raise Terminated("SIGTERM")
 
 
 class _NotedInterrupts:

@@ -372,8 +372,11 @@ class Prefetcher:
 
     # ------------------------------------------------------------ stopping
 
-    def stop(self, grace_s: float = 0.0) -> None:
-        """Start no new case; wait up to `grace_s` for running ones (sync), cancel them (async)."""
+    def stop(self, grace_s: float = 0.0, *, judges: bool = True) -> None:
+        """Start no new case; wait up to `grace_s` for running ones (sync), cancel them (async).
+
+        `judges=False`: wait only for cases still executing, not for verdicts being judged ahead.
+        """
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -390,7 +393,7 @@ class Prefetcher:
                 pass
         deadline = time.monotonic() + grace_s
         with self._cond:
-            while self._running + self._judging > 0 and time.monotonic() < deadline:
+            while self._running + (self._judging if judges else 0) > 0 and time.monotonic() < deadline:
                 self._cond.wait(min(0.05, max(deadline - time.monotonic(), 0.0)))
 
     def _cancel_running(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -406,6 +409,11 @@ class Prefetcher:
     def running(self) -> int:
         """Cases started whose record is not ready yet (executing, or being judged ahead)."""
         return self._running + self._judging
+
+    @property
+    def executing(self) -> int:
+        """Cases whose stages are running."""
+        return self._running
 
     def settled(self, case_id: str, wait: bool = True) -> dict[str, Any] | None:
         """After stop(): the case's record here, once no judge thread judges it any more (None: none).
