@@ -401,9 +401,11 @@ def test_document_is_stored_and_inspect_prints_the_same(
     assert doc["policy"]["decisions"][0]["margin"] == 5.0
     assert "sha256:" + sha256_of(doc) == doc_id
     assert out == render(doc, doc_id)
-    assert out[-3:] == [
+    needed = stats.pairs_needed_without_change(0.05)  # the paired rate interval with no changed verdict
+    assert out[-4:] == [
         "Decisions",
         "  ni  ok  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  interval_overlaps_margin",
+        f"    a suite of about {needed} pairs ({needed - 13} more) would decide it, if the next pairs go like these",
         "Gate: BLOCK (exit 3)",
     ]
     assert cli.main(["inspect", doc_id[:16], "--store", str(store.root)]) == 0
@@ -537,20 +539,24 @@ def test_example_walkthrough_compare(
     assert cli.main(["compare", new, old, "--policy", "compare.yaml"]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Comparison sha256:") and lines[0].endswith(f"of {new} against {old} · 13 paired cases")
-    for name in ("answer_correct", "hit_rate_at_2", "citations_valid"):  # rates: Tango
+    # rates (recall too: every labelled case of the example has one relevant unit): the paired rate interval
+    for name in ("answer_correct", "hit_rate_at_2", "recall_at_2", "citations_valid"):
         assert f"{name}: +0.0 points [-22.9, +22.9] · 13 paired · 0 missing · 0 excluded" in lines
-    for name in ("recall_at_2", "ndcg_at_6"):  # graded means: the paired betting interval
+    for name in ("ndcg_at_6",):  # graded means: the paired betting interval
         assert f"{name}: +0.0 points [-27.6, +27.6] · 13 paired · 0 missing · 0 excluded" in lines
     assert (
         "answer_correct: 13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
         "about 73 would be needed with no changed verdicts"
     ) in lines
-    assert lines[-4:] == [
+    n5, n2 = stats.pairs_needed_without_change(0.05), stats.pairs_needed_without_change(0.02)
+    assert lines[-6:] == [
         "Decisions",
         "  answers-not-worse  answer_correct  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  "
         "interval_overlaps_margin",
+        f"    a suite of about {n5} pairs ({n5 - 13} more) would decide it, if the next pairs go like these",
         "  citations-not-worse  citations_valid  non-inferiority, margin 2.0 points  INSUFFICIENT_EVIDENCE  "
         "interval_overlaps_margin",
+        f"    a suite of about {n2} pairs ({n2 - 13} more) would decide it, if the next pairs go like these",
         "Gate: BLOCK (exit 3)",
     ]
     assert not any("Warning" in x for x in lines)

@@ -148,10 +148,12 @@ def run_page(
     record: Mapping[str, Any],
     store: Store | None = None,
     comparison: tuple[str, Mapping[str, Any], Mapping[str, Any] | None] | None = None,
+    decision: tuple[str, Mapping[str, Any]] | None = None,
     *,
     in_folder: bool = False,
 ) -> str:
-    """The run page; `comparison` is (id, document, baseline record) when the session compared the run."""
+    """The run page; `comparison` is (id, document, baseline record) when the session compared the run,
+    `decision` (id, document) when a release policy decided it alone."""
     comp_view = None
     if comparison is not None:
         comp_id, comp_doc, baseline = comparison
@@ -161,6 +163,7 @@ def run_page(
         diagnosis=_latest_diagnosis(store, str(record.get("run_id"))),
         comparison=comp_view,
         store_root=str(store.root) if store else None,
+        decision=model.decision_view(decision[1], decision[0]) if decision else None,
     )
     return render_page(view, in_folder=in_folder)
 
