@@ -749,8 +749,18 @@ def _warnings(
 # ------------------------------------------------------------------ text
 
 
+def criterion_accounting(c: Mapping[str, Any]) -> str:
+    """`13 paired · 2 missing · with missing at worst: [-31.0, +20.1] · 0 excluded`."""
+    worst = c.get("missing_at_worst")
+    bounded = ""
+    if worst:
+        lo, hi = printed_interval(worst["low"], worst["high"])
+        bounded = f" · with missing at worst: [{lo}, {hi}]"
+    return f"{c['paired']} paired · {c['missing']} missing{bounded} · {c['excluded']} excluded"
+
+
 def criterion_line(name: str, c: Mapping[str, Any]) -> str:
-    acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
+    acc = criterion_accounting(c)
     if not c["paired"]:
         return f"{name}: no paired values · {acc}"
     pr = c["printed"]

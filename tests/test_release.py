@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -296,3 +297,51 @@ def test_latest_skips_diagnosis_child_runs(store: Store) -> None:
     child.finish("complete")
     assert store.run_ids()[0] == child.run_id  # the newest run is the child
     assert store.resolve("latest") == ("run", parent)
+
+
+# ------------------------------------------------------------------ with a baseline
+
+
+def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: Store, tmp_path: Path) -> None:
+    base = make_run(store, {f"k{i:02d}": {"ok": 1.0} for i in range(13)})
+    cand = make_run(store, {f"k{i:02d}": {"ok": 1.0 if i < 9 else 0.0} for i in range(12)})  # k12 missing
+    p = write(
+        tmp_path,
+        "decisions:\n"
+        "  - {name: ni, criterion: ok, test: non-inferiority, margin: 5}\n"
+        "  - {name: floor, criterion: ok, test: minimum, threshold: 0.30}\n"
+        "missing: bound\nmin_pairs: 5\n",
+    )
+    out = oloproof("compare", cand, base, "--policy", str(p), "--store", str(store.root), cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    lines = out.stdout.splitlines()
+    # the one missing pair at worst (−1 for the lower bound, +1 for the upper)
+    worst = [ln for ln in lines if ln.startswith("ok: ")]
+    assert worst and "12 paired · 1 missing · with missing at worst: [" in worst[0]
+    assert "Decisions (1 against the baseline, 1 on the candidate alone)" in lines
+    ni = next(ln for ln in lines if ln.startswith("  ni  "))
+    assert "with missing at worst" in ni and ni.endswith("INSUFFICIENT_EVIDENCE  interval_overlaps_margin")
+    assert lines[lines.index(ni) + 1].startswith("    ")  # its plan line
+    # the candidate alone: 9 of its 12 cases (k12 is not one of its cases, so nothing of its own is missing)
+    low, high = cp(9, 12)
+    assert low > 0.30
+    floor = next(ln for ln in lines if ln.startswith("  floor  "))
+    assert floor == (
+        f"  floor  ok  minimum 30.0%  [{math.floor(low * 1000) / 10:.1f}%, {math.ceil(high * 1000) / 10:.1f}%]  "
+        "PASS  lower_bound_above_threshold"
+    )
+
+
+def test_runs_whose_recall_kinds_differ_are_compared_as_means_and_say_so(store: Store) -> None:
+    from pytest_oloproof.compare import compare_runs
+
+    def run(kind: str) -> str:
+        ev = [{"criterion": "recall_at_2", "type": "recall", "kind": kind, "asserts": False, "settings": {}}]
+        return make_run(store, {f"k{i}": {"recall_at_2": 1.0} for i in range(6)}, evaluators=ev)
+
+    doc = compare_runs(store.load_run(run("rate")), store.load_run(run("mean")))
+    assert doc["criteria"]["recall_at_2"]["kind"] == "mean"
+    assert (
+        "recall_at_2: the candidate run reads it as a rate, the baseline as a mean (their relevance labels differ); "
+        "compared as a mean"
+    ) in doc["warnings"]

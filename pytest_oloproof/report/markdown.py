@@ -157,7 +157,9 @@ def comparison_markdown(
     rows = []
     accounting = []
     for name, c in doc["criteria"].items():
-        acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
+        from ..compare import criterion_accounting
+
+        acc = criterion_accounting(c)
         if c["paired"]:
             pr = c["printed"]
             rows.append([text(name), text(pr["estimate"]), text(f"[{pr['low']}, {pr['high']}]"), text(acc)])
