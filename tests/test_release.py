@@ -312,9 +312,11 @@ def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: St
         "  - {name: floor, criterion: ok, test: minimum, threshold: 0.30}\n"
         "missing: bound\nmin_pairs: 5\n",
     )
-    out = oloproof("compare", cand, base, "--policy", str(p), "--store", str(store.root), cwd=tmp_path)
+    # the newest run is the candidate, the one before it the baseline
+    out = oloproof("compare", "latest", "latest~1", "--policy", str(p), "--store", str(store.root), cwd=tmp_path)
     assert out.returncode == 3, out.stderr
     lines = out.stdout.splitlines()
+    assert lines[0].endswith(f"of {cand} against {base} · 12 paired cases")
     # the one missing pair at worst (−1 for the lower bound, +1 for the upper)
     worst = [ln for ln in lines if ln.startswith("ok: ")]
     assert worst and "12 paired · 1 missing · with missing at worst: [" in worst[0]
@@ -326,10 +328,17 @@ def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: St
     low, high = cp(9, 12)
     assert low > 0.30
     floor = next(ln for ln in lines if ln.startswith("  floor  "))
-    assert floor == (
-        f"  floor  ok  minimum 30.0%  [{math.floor(low * 1000) / 10:.1f}%, {math.ceil(high * 1000) / 10:.1f}%]  "
-        "PASS  lower_bound_above_threshold"
-    )
+    printed = f"[{math.floor(low * 1000) / 10:.1f}%, {math.ceil(high * 1000) / 10:.1f}%]"
+    assert floor == f"  floor  ok  minimum 30.0%  {printed}  PASS  lower_bound_above_threshold"
+    # the step summary's decisions table says the same, and the plan line follows it
+    from markdown_it import MarkdownIt
+
+    from pytest_oloproof.compare import markdown
+
+    doc_id = lines[0].split()[1]
+    html = MarkdownIt("commonmark").enable("table").render(markdown(store.load_doc("comparison", doc_id), doc_id))
+    assert f"<td>minimum 30.0% {printed} (candidate alone)</td>" in html
+    assert "<li>ni: a suite of about" in html or "<li>ni: no sample size" in html
 
 
 def test_runs_whose_recall_kinds_differ_are_compared_as_means_and_say_so(store: Store) -> None:
