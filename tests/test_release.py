@@ -354,3 +354,16 @@ def test_runs_whose_recall_kinds_differ_are_compared_as_means_and_say_so(store: 
         "recall_at_2: the candidate run reads it as a rate, the baseline as a mean (their relevance labels differ); "
         "compared as a mean"
     ) in doc["warnings"]
+
+
+def test_report_of_a_gated_run_shows_its_decision(store: Store, tmp_path: Path) -> None:
+    rate_run(store, 9, 4)
+    floor = write(tmp_path, "decisions:\n  - {name: floor, criterion: ok, test: minimum, threshold: 0.70}\n")
+    args = ("--store", str(store.root))
+    page = tmp_path / "run.html"
+    assert oloproof("report", "latest", "--html", str(page), *args, cwd=tmp_path).returncode == 0
+    assert 'id="decision-h"' not in page.read_text(encoding="utf-8")
+    assert oloproof("gate", "latest", "--policy", str(floor), *args, cwd=tmp_path).returncode == 3
+    assert oloproof("report", "latest", "--html", str(page), *args, cwd=tmp_path).returncode == 0
+    html = page.read_text(encoding="utf-8")
+    assert 'id="decision-h"' in html and 'data-gate="BLOCK"' in html and "interval_overlaps_threshold" in html
