@@ -149,6 +149,8 @@ def decide_rows(
         row.update({"outcome": outcome, "reason": reason})
         if outcome == INSUFFICIENT:
             row["plan"] = plan_run(d, values, missing, kind, p.missing, confidence, seed, reason)
+            if m.get("clustered") and reason == INTERVAL_OVERLAPS_THRESHOLD:
+                row["plan"] += " (counting cases as independent: with clusters of several cases, more are needed)"
         rows.append(row)
     return rows
 

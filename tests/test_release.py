@@ -367,3 +367,12 @@ def test_report_of_a_gated_run_shows_its_decision(store: Store, tmp_path: Path) 
     assert oloproof("report", "latest", "--html", str(page), *args, cwd=tmp_path).returncode == 0
     html = page.read_text(encoding="utf-8")
     assert 'id="decision-h"' in html and 'data-gate="BLOCK"' in html and "interval_overlaps_threshold" in html
+
+
+def test_plan_line_of_a_clustered_run_says_it_counts_cases_as_independent(store: Store, tmp_path: Path) -> None:
+    cases = {f"c{i:02d}": {"ok": 1.0 if i < 12 else 0.0} for i in range(13)}
+    run = make_run(store, cases, metadata={cid: {"cluster": f"doc{i // 2}"} for i, cid in enumerate(cases)})
+    p = write(tmp_path, "decisions:\n  - {name: floor, criterion: ok, test: minimum, threshold: 0.60}\n")
+    (d,) = decide(store, run, p)["decisions"]
+    assert d["outcome"] == "INSUFFICIENT_EVIDENCE"
+    assert d["plan"].endswith("(counting cases as independent: with clusters of several cases, more are needed)")
