@@ -204,7 +204,7 @@ def fmt_fraction(x: float, kind: str) -> str:
     return f"{x * 100:.1f}%" if kind == "rate" else f"{x:.3f}"
 
 
-def test_text(d: Mapping[str, Any]) -> str:
+def describe_test(d: Mapping[str, Any]) -> str:
     """`minimum 70.0%`, `max-failures 0`."""
     if d["test"] == MAX_FAILURES:
         return f"max-failures {d['max_failures']} ({d['failures']} failed, {d['missing']} missing)"
@@ -222,7 +222,7 @@ def decision_lines(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     """The single-run rows of a decisions table, each undecided one followed by its plan line."""
     lines = []
     for d in decisions:
-        lines.append(f"  {d['name']}  {d['criterion']}  {test_text(d)}  {d['outcome']}  {d['reason']}")
+        lines.append(f"  {d['name']}  {d['criterion']}  {describe_test(d)}  {d['outcome']}  {d['reason']}")
         if d.get("plan"):
             lines.append(f"    {d['plan']}")
     return lines
@@ -246,7 +246,7 @@ def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
     """A GitHub step-summary section for the decision (rendering-safe, see `report.markdown`)."""
     from .report.markdown import decision_markdown
 
-    return decision_markdown(doc, doc_id, test_text)
+    return decision_markdown(doc, doc_id, describe_test)
 
 
 # ------------------------------------------------------------------ how many cases would decide it

@@ -174,11 +174,11 @@ def comparison_markdown(
     for note in [*(doc.get("sample_size_notes") or []), *after_notes]:  # paragraphs: a list would merge
         out += [text(note), ""]
     if doc.get("decisions"):
-        from ..release import test_text
+        from ..release import describe_test
 
         def test_of(d: Mapping[str, Any]) -> str:
             if d.get("scope") == "run":
-                return f"{test_text(d)} (candidate alone)"
+                return f"{describe_test(d)} (candidate alone)"
             return f"{d['test']}, margin {fmt_margin(d['margin'])} points"
 
         out += decision_table(doc["decisions"], test_of)

@@ -677,12 +677,12 @@ def _changed_ids(changed: Any) -> list[str]:
 def decision_rows(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The decisions table's rows (comparison and single-run decisions), each with its plan line if undecided."""
     from ..compare import fmt_margin
-    from ..release import test_text
+    from ..release import describe_test
 
     rows = []
     for d in decisions:
         if d.get("scope") == "run":
-            test = test_text(d)
+            test = describe_test(d)
         else:
             test = f"{d.get('test')}, margin {fmt_margin(float(d.get('margin') or 0.0))} points"
         rows.append(
