@@ -144,3 +144,21 @@ def test_missing_cases_are_bounded_at_worst_in_the_accounting(pytester: pytest.P
     assert worst["missing_at_worst"]["low"] == pytest.approx(low, abs=1e-9)
     assert worst["missing_at_worst"]["high"] == pytest.approx(high, abs=1e-9)
     assert worst["missing_at_worst"]["cases"] == 13
+
+
+def test_under_xdist_the_release_policy_decides_and_recall_is_still_a_rate(pytester: pytest.Pytester) -> None:
+    # the controller collects nothing under xdist: the labels' facts come from the case file it loads itself
+    cases = [
+        case(f"q{i}", answer="yes" if i < 5 else "no", expected={"answer": "yes", "relevant": [{"doc_id": "d1"}]})
+        for i in range(6)
+    ]
+    make_project(pytester, cases, [ANSWER, RECALL])
+    pytester.makefile(
+        ".yaml", release="decisions:\n  - {name: recall-floor, criterion: recall_at_2, test: minimum, threshold: 0.3}\n"
+    )
+    result = pytester.runpytest_subprocess(
+        "--oloproof", "-p", "no:cacheprovider", "-n", "2", "--oloproof-policy", "release.yaml"
+    )
+    assert result.ret == 0  # 6 / 6 recalled: [54.0%, 100.0%] is above 0.3; the failed answer does not decide
+    assert row(result, "recall_at_2")[1:3] == ["100.0%", "[54.0%, 100.0%]"]
+    result.stdout.fnmatch_lines(["*recall-floor  recall_at_2  minimum 30.0%  *  PASS  lower_bound_above_threshold"])
