@@ -162,3 +162,18 @@ def test_under_xdist_the_release_policy_decides_and_recall_is_still_a_rate(pytes
     assert result.ret == 0  # 6 / 6 recalled: [54.0%, 100.0%] is above 0.3; the failed answer does not decide
     assert row(result, "recall_at_2")[1:3] == ["100.0%", "[54.0%, 100.0%]"]
     result.stdout.fnmatch_lines(["*recall-floor  recall_at_2  minimum 30.0%  *  PASS  lower_bound_above_threshold"])
+
+
+def test_baseline_latest_is_the_newest_run_before_the_session(pytester: pytest.Pytester) -> None:
+    cases = [case(f"q{i:02d}", answer="yes", expected={"answer": "yes"}) for i in range(12)]
+    make_project(pytester, cases, [ANSWER])
+    assert pytester.runpytest("--oloproof", "-p", "no:cacheprovider").ret == 0
+    (first,) = Store(pytester.path / ".oloproof").run_ids()
+    pytester.makefile(
+        ".yaml", compare="decisions:\n  - {name: ni, criterion: answer_ok, test: non-inferiority, margin: 5}\n"
+    )
+    result = pytester.runpytest(
+        "--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", "latest", "--oloproof-policy", "compare.yaml"
+    )
+    assert result.ret == 3  # 12 unchanged pairs cannot show non-inferiority at 5 points
+    result.stdout.fnmatch_lines([f"Comparison sha256:* of run_* against {first} · 12 paired cases"])
