@@ -57,6 +57,29 @@ def summarize(
     return out
 
 
+def missing_at_worst(
+    values: Sequence[float],
+    missing: int,
+    kind: str,
+    *,
+    confidence: float,
+    seed: int,
+    clusters: Sequence[Any] | None = None,
+    missing_clusters: Sequence[Any] | None = None,
+) -> dict[str, Any]:
+    """The interval over every selected case, each missing one put at its worst value.
+
+    The bounds are monotone in every value, so 0 in place of each missing case gives a lower
+    bound and 1 an upper bound that hold whatever the missing cases' values would have been
+    (SPEC §7, "Missing cases bounded"). `kind` is the one the observed values were read as.
+    """
+    interval = stats.rate_interval if kind == "rate" else stats.mean_interval
+    cl = None if clusters is None else [*clusters, *(missing_clusters or [None] * missing)]
+    low = interval([*values, *([0.0] * missing)], confidence, seed=seed, clusters=cl).low
+    high = interval([*values, *([1.0] * missing)], confidence, seed=seed, clusters=cl).high
+    return {"low": low, "high": high, "cases": len(values) + missing}
+
+
 def compute_metrics(
     cases: Sequence[Mapping[str, Any]],
     criteria: Sequence[tuple[str, str]],
@@ -70,6 +93,7 @@ def compute_metrics(
     for name, kind in criteria:
         values: list[float] = []
         clusters: list[Any] = []
+        missing_clusters: list[Any] = []
         missing: Counter[str] = Counter()
         excluded: Counter[str] = Counter()
         for c in cases:
@@ -81,6 +105,7 @@ def compute_metrics(
                 clusters.append((c.get("metadata") or {}).get("cluster"))
             elif cv["status"] == "missing":
                 missing[_reason_key(cv.get("reason"))] += 1
+                missing_clusters.append((c.get("metadata") or {}).get("cluster"))
             else:
                 excluded[cv.get("reason") or "excluded"] += 1
         m = summarize(values, kind, confidence=confidence, seed=seed, clusters=clusters if clustered else None)
@@ -94,6 +119,16 @@ def compute_metrics(
                 "clustered": clustered,
             }
         )
+        if m["missing"]:
+            m["missing_at_worst"] = missing_at_worst(
+                values,
+                m["missing"],
+                m["kind"],
+                confidence=confidence,
+                seed=seed,
+                clusters=clusters if clustered else None,
+                missing_clusters=missing_clusters,
+            )
         out[name] = m
     return out
 

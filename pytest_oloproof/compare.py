@@ -29,7 +29,6 @@ from .policy import (
     JUDGE_NOT_VALIDATED,
     JUDGES_DIFFER,
     MISSING_EXCEEDS_LIMIT,
-    PASS,
     TOO_FEW_PAIRS,
     LoadedPolicy,
     load_policy,
@@ -263,17 +262,39 @@ def pair_criterion(
     return Pairing(name, pairs, missing, excluded, missing_ids)
 
 
-def criterion_kind(name: str, records: Sequence[Mapping[str, Any]], pairing: Pairing) -> str:
-    """The kind, "rate" or "mean", as the criterion's evaluator declares it (SPEC §7), never from the values.
+def recorded_kind(record: Mapping[str, Any], name: str) -> str | None:
+    """The kind a run recorded for a criterion (its evaluator's, decided from that run's labels), if any."""
+    for e in record.get("evaluators") or []:
+        if e.get("criterion") == name and e.get("kind") in ("rate", "mean"):
+            return str(e["kind"])
+    return None
 
+
+def criterion_kind(name: str, records: Sequence[Mapping[str, Any]], pairing: Pairing) -> str:
+    """The kind, "rate" or "mean", as both runs recorded it (SPEC §7), never from the values.
+
+    When the runs recorded different kinds (recall over labels with one relevant unit per case in
+    one run, more in the other) the criterion is compared as a mean (`kind_warnings` says so).
     Records written before evaluators carried a kind fall back to the values (0/1 pairs: a rate).
     A declared rate whose values are not all 0/1 is compared as a mean (the exact paired interval needs 0/1).
     """
-    for record in records:
-        for e in record.get("evaluators") or []:
-            if e.get("criterion") == name and e.get("kind") in ("rate", "mean"):
-                return "rate" if e["kind"] == "rate" and pairing.binary else "mean"
+    kinds = [k for k in (recorded_kind(r, name) for r in records) if k is not None]
+    if kinds:
+        return "rate" if all(k == "rate" for k in kinds) and pairing.binary else "mean"
     return "rate" if pairing.binary else "mean"
+
+
+def kind_warnings(candidate: Mapping[str, Any], baseline: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """One warning per criterion the two runs recorded as different kinds (their labels differ)."""
+    out = []
+    for name in names:
+        ck, bk = recorded_kind(candidate, name), recorded_kind(baseline, name)
+        if ck and bk and ck != bk:
+            out.append(
+                f"{name}: the candidate run reads it as a {ck}, the baseline as a {bk} (their relevance labels "
+                "differ); compared as a mean"
+            )
+    return out
 
 
 def pair_clusters(pairs: Sequence[tuple[str, float, float]], baseline: Mapping[str, Mapping[str, Any]]) -> list[Any]:
@@ -353,6 +374,20 @@ def difference(
     return out
 
 
+def worst_difference(
+    pairing: Pairing, binary: bool, confidence: float, seed: int, clusters: Sequence[Any] | None = None
+) -> dict[str, Any]:
+    """The difference's interval in points with each missing pair at its worst (−1 for the lower bound, +1 for
+    the upper): it holds whatever the missing pairs' values would have been (SPEC §7)."""
+    m = sum(pairing.missing.values())
+    cl = None if clusters is None else [*clusters, *([None] * m)]
+    worse = [*pairing.pairs, *([("", 1.0, 0.0)] * m)]
+    better = [*pairing.pairs, *([("", 0.0, 1.0)] * m)]
+    low = paired_interval(worse, binary, confidence, seed, cl).low
+    high = paired_interval(better, binary, confidence, seed, cl).high
+    return {"low": _points(low), "high": _points(high), "pairs": len(pairing.pairs) + m}
+
+
 def criterion_summary(
     pairing: Pairing,
     confidence: float,
@@ -373,6 +408,8 @@ def criterion_summary(
             "missing_cases": list(pairing.missing_ids),
         }
     )
+    if out["missing"]:
+        out["missing_at_worst"] = worst_difference(pairing, binary, confidence, seed, clusters)
     n = len(pairing.pairs)
     if n:
         out["baseline_mean"] = sum(b for _, b, _c in pairing.pairs) / n
@@ -455,7 +492,7 @@ def decide(
     out = []
     p = policy.policy
     clusters = clusters or {}
-    for d in p.decisions:
+    for d in p.comparison_decisions:
         rule = d.rule
         margin = float(d.margin or 0.0)
         conf = rule.interval_confidence(confidence)
@@ -467,12 +504,17 @@ def decide(
             else difference(pairing, binary[d.criterion], conf, seed, clusters.get(d.criterion))
         )
         missing = int(crit["missing"])
+        interval = {"low": iv["low"], "high": iv["high"], "confidence": conf, "method": iv["method"]}
+        if p.missing == "bound" and missing:
+            worst = worst_difference(pairing, binary[d.criterion], conf, seed, clusters.get(d.criterion))
+            interval.update({"low": worst["low"], "high": worst["high"], "missing_at_worst": True})
         row: dict[str, Any] = {
             "name": d.name,
             "criterion": d.criterion,
             "test": d.test,
+            "scope": "comparison",
             "margin": margin,
-            "interval": {"low": iv["low"], "high": iv["high"], "confidence": conf, "method": iv["method"]},
+            "interval": interval,
             "paired": crit["paired"],
             "missing": missing,
         }
@@ -488,8 +530,14 @@ def decide(
         elif crit["paired"] < p.min_pairs:
             outcome, reason = INSUFFICIENT, TOO_FEW_PAIRS
         else:
-            outcome, reason = rule.decide(float(iv["low"]), float(iv["high"]), margin)
+            outcome, reason = rule.decide(float(interval["low"]), float(interval["high"]), margin)
         row.update({"outcome": outcome, "reason": reason})
+        if outcome == INSUFFICIENT:
+            from .release import plan_comparison
+
+            row["plan"] = plan_comparison(
+                d, pairing.pairs, missing, binary[d.criterion], p.missing, confidence, seed, reason
+            )
         kind = "rate" if binary[d.criterion] else "mean"
         needed = rule.pairs_needed(margin, confidence, kind)
         if needed is not None and crit["paired"] < needed:
@@ -548,6 +596,12 @@ def compare_runs(
     shared = shared_criteria(candidate, baseline)
     if policy is not None:
         policy.check_criteria(shared)
+        policy.check_criteria(
+            criteria_of(candidate),
+            why="the candidate run must record it",
+            listing="criteria of the candidate",
+            single_run=True,
+        )
     confidence = float(
         (policy.policy.confidence if policy and policy.policy.confidence else None) or candidate.get("confidence", 0.95)
     )
@@ -566,6 +620,7 @@ def compare_runs(
             "a run was recorded without case digests (before Oloproof kept them): cases whose input or expected "
             "data changed between the runs cannot be detected"
         )
+    warnings += kind_warnings(candidate, baseline, shared)
     pairings = {name: pair_criterion(name, cand_cases, base_cases, changed) for name in shared}
     binary = {name: criterion_kind(name, (candidate, baseline), p) == "rate" for name, p in pairings.items()}
     clusters = {name: pair_clusters(p.pairs, base_cases) for name, p in pairings.items()}
@@ -589,7 +644,10 @@ def compare_runs(
     gate = None
     gate_reason = None
     if policy is not None:
-        gate = "PASS" if all(d["outcome"] == PASS for d in decisions) else "BLOCK"
+        from .release import decide_rows, gate_of
+
+        decisions += decide_rows(candidate, policy, confidence, seed, store)
+        gate = gate_of(policy, decisions)
         if changed and policy.policy.changed_cases == "fail":
             gate, gate_reason = "BLOCK", CASES_CHANGED
     values_changed: dict[str, dict[str, dict[str, float]]] = {}
@@ -692,8 +750,18 @@ def _warnings(
 # ------------------------------------------------------------------ text
 
 
+def criterion_accounting(c: Mapping[str, Any]) -> str:
+    """`13 paired · 2 missing · with missing at worst: [-31.0, +20.1] · 0 excluded`."""
+    worst = c.get("missing_at_worst")
+    bounded = ""
+    if worst:
+        lo, hi = printed_interval(worst["low"], worst["high"])
+        bounded = f" · with missing at worst: [{lo}, {hi}]"
+    return f"{c['paired']} paired · {c['missing']} missing{bounded} · {c['excluded']} excluded"
+
+
 def criterion_line(name: str, c: Mapping[str, Any]) -> str:
-    acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
+    acc = criterion_accounting(c)
     if not c["paired"]:
         return f"{name}: no paired values · {acc}"
     pr = c["printed"]
@@ -728,15 +796,32 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
     if doc.get("policy") is None:
         lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
         return lines
-    lines.append("Decisions")
-    for d in doc["decisions"]:
+    from .release import decision_lines
+
+    decisions = doc["decisions"]
+    run_rows = [d for d in decisions if d.get("scope") == "run"]
+    lines.append("Decisions" + (f" ({decided_what(decisions)})" if run_rows else ""))
+    for d in decisions:
+        if d.get("scope") == "run":
+            lines += decision_lines([d])
+            continue
+        at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
         lines.append(
-            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points"
+            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
             f"  {d['outcome']}  {d['reason']}"
         )
+        if d.get("plan"):
+            lines.append(f"    {d['plan']}")
     reason = f" · {doc['gate_reason']}" if doc.get("gate_reason") else ""
     lines.append(f"Gate: {doc['gate']} (exit {doc['exit_code']}){reason}")
     return lines
+
+
+def decided_what(decisions: Sequence[Mapping[str, Any]]) -> str:
+    """`2 against the baseline, 1 on the candidate alone`: what a policy mixing both kinds decided."""
+    against = sum(1 for d in decisions if d.get("scope") != "run")
+    alone = len(decisions) - against
+    return f"{against} against the baseline, {alone} on the candidate alone"
 
 
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
@@ -801,13 +886,14 @@ class SessionGate:
     """
 
     def __init__(
-        self, store: Store, baseline: dict[str, Any], baseline_source: str | None, policy: LoadedPolicy | None
+        self, store: Store, baseline: dict[str, Any] | None, baseline_source: str | None, policy: LoadedPolicy | None
     ) -> None:
         self.store = store
-        self.baseline = baseline
+        self.baseline = baseline  # None: a policy of single-run decisions decides the run alone
         self.baseline_source = baseline_source
         self.policy = policy
         self.comparison: tuple[str, dict[str, Any]] | None = None  # (id, document) once applied
+        self.decision: tuple[str, dict[str, Any]] | None = None  # (id, document) of a run decided alone
 
     @classmethod
     def prepare(
@@ -816,14 +902,14 @@ class SessionGate:
         """Validate --oloproof-baseline / --oloproof-policy before any case runs (raises OloproofError)."""
         if not baseline_ref and not policy_path:
             return None
-        if not baseline_ref:
-            raise ComparisonError(
-                "--oloproof-policy needs --oloproof-baseline RUN_ID|FILE (the run to compare against)"
-            )
         policy = None
         if policy_path:
             p = Path(policy_path)
             policy = load_policy(p if p.is_absolute() else invocation_dir / p, "--oloproof-policy")
+        if not baseline_ref:
+            assert policy is not None
+            policy.check_single_run()
+            return cls(store, None, None, policy)
         ref, source = baseline_ref, None
         if baseline_ref.endswith(".json"):
             p = Path(baseline_ref)
@@ -849,6 +935,8 @@ class SessionGate:
         """
         if self.policy is None:
             return []
+        if self.baseline is None:
+            return [d.criterion for d in self.policy.policy.decisions if d.criterion not in configured]
         base_name = (self.baseline.get("system") or {}).get("name")
         if not same_system_name(system_name, base_name):
             raise ComparisonError(
@@ -862,11 +950,14 @@ class SessionGate:
         """The session's criteria (configured and from evaluator fixtures) must give every decision's criterion."""
         if self.policy is None:
             return
-        base = set(criteria_of(self.baseline))
+        own = "this run's evaluators (oloproof.yaml and conftest.py fixtures) do not"
         self.policy.check_criteria(
-            [c for c in criteria if c in base],
-            why="both runs must record it, and this run's evaluators (oloproof.yaml and conftest.py fixtures) do not",
+            criteria, why=f"the run must record it, and {own}", listing="criteria of this run", single_run=True
         )
+        if self.baseline is None:
+            return
+        base = set(criteria_of(self.baseline))
+        self.policy.check_criteria([c for c in criteria if c in base], why=f"both runs must record it, and {own}")
 
     def apply(self, record: Mapping[str, Any], summary_lines: list[str], step_summary: str | None = None) -> int | None:
         """Compare the session's run with the baseline; extend the summary; return the exit status to force.
@@ -875,6 +966,8 @@ class SessionGate:
         Errors that only show once the run exists (e.g. a criterion the run lacks) are printed and
         give exit 2.
         """
+        if self.baseline is None:
+            return self._decide_alone(record, summary_lines, step_summary)
         try:
             doc = compare_runs(
                 record, self.baseline, self.policy, store=self.store, sources=(None, self.baseline_source)
@@ -891,6 +984,45 @@ class SessionGate:
 
                 f.write(redact(markdown(doc, doc_id)))
         return int(doc["exit_code"]) if self.policy is not None else None
+
+    def _decide_alone(self, record: Mapping[str, Any], summary_lines: list[str], step_summary: str | None) -> int:
+        """No baseline: the policy's single-run decisions decide the run; the decision is stored content-addressed."""
+        from . import release
+
+        assert self.policy is not None
+        try:
+            doc = release.decide_run(record, self.policy, store=self.store)
+            doc_id = self.store.save_doc("decision", doc)
+            self.decision = (doc_id, doc)
+        except OloproofError as exc:
+            summary_lines.append(f"Decision not possible: {exc}")
+            return EXIT_USAGE
+        summary_lines.extend(release.render(doc, doc_id))
+        if step_summary:
+            with open(step_summary, "a", encoding="utf-8") as f:
+                from .redaction import redact
+
+                f.write(redact(release.markdown(doc, doc_id)))
+        return int(doc["exit_code"])
+
+    def report_fields(self) -> dict[str, Any]:
+        """What the JSON run report adds about the gate: the stored decision or comparison, with its id."""
+        if self.decision is not None:
+            return {"decision": {"id": self.decision[0], **self.decision[1]}}
+        if self.comparison is not None and self.policy is not None:
+            doc_id, doc = self.comparison
+            return {"comparison": {"id": doc_id, "gate": doc["gate"], "decisions": doc["decisions"]}}
+        return {}
+
+    def junit_properties(self) -> list[tuple[str, Any]]:
+        """Session-level JUnit properties: the gate, the stored document's id and each decision's outcome."""
+        found = self.decision or (self.comparison if self.policy is not None else None)
+        if found is None:
+            return []
+        doc_id, doc = found
+        props: list[tuple[str, Any]] = [("oloproof.gate", doc["gate"]), ("oloproof.gate.id", doc_id)]
+        props += [(f"oloproof.decision.{d['name']}", d["outcome"]) for d in doc["decisions"]]
+        return props
 
 
 # ------------------------------------------------------------------ CLI

@@ -932,7 +932,8 @@ class OloproofPlugin:
         if cached is None or cached[0] != key:
             from .runner import describe_evaluators
 
-            cached = (key, json_safe(describe_evaluators(evaluators)), evaluators)  # keep them alive: ids stay valid
+            labels = self.evaluation.labels if self.evaluation is not None else None
+            cached = (key, json_safe(describe_evaluators(evaluators, labels)), evaluators)  # keep them alive
             self._described = cached
         return cached[1]
 
@@ -1083,22 +1084,25 @@ class OloproofPlugin:
         from .report.text import markdown_summary, run_summary
 
         self.summary_lines = run_summary(record, store_root=store_root)
-        report_path = self.config.getoption("oloproof_report")
-        report_failed = False
-        if report_path:
-            try:
-                self.recorder.write_report(Path(report_path), record)
-            except WriteError as exc:  # the run is recorded in the store; the report asked for is not written
-                self.summary_lines.append(f"error: the JSON report was not written: {exc}")
-                report_failed = True
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:
                 f.write(redact(markdown_summary(record)))
         self.config.hook.pytest_oloproof_run_recorded(record=record, config=self.config)
+        gated: dict[str, Any] = {}
         if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
             gate_exit = self.gate.apply(record, self.summary_lines, step)
             self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
+            gated = self.gate.report_fields()
+            _junit_properties(self.config, self.gate.junit_properties())
+        report_path = self.config.getoption("oloproof_report")
+        report_failed = False
+        if report_path:  # after the gate, so the report carries its decision
+            try:
+                self.recorder.write_report(Path(report_path), {**record, **gated})
+            except WriteError as exc:  # the run is recorded in the store; the report asked for is not written
+                self.summary_lines.append(f"error: the JSON report was not written: {exc}")
+                report_failed = True
         html_path = self.config.getoption("oloproof_html")
         if html_path:
             self._write_html(Path(html_path), record)
@@ -1142,8 +1146,9 @@ class OloproofPlugin:
         comparison = None
         if gate is not None and gate.comparison is not None:
             comparison = (*gate.comparison, gate.baseline)
+        decision = gate.decision if gate is not None else None
         try:
-            write_page(path, run_page(record, self.recorder.store, comparison))
+            write_page(path, run_page(record, self.recorder.store, comparison, decision))
         except OSError as exc:  # the run is recorded; only its page is lost
             self.summary_lines.append(f"warning: could not write the HTML report {path}: {exc}")
             return
@@ -1305,6 +1310,19 @@ def _ini_config_path(config: pytest.Config) -> str | None:
     if not path.is_absolute() and config.inipath is not None:
         path = config.inipath.parent / path
     return str(path)
+
+
+def _junit_properties(config: pytest.Config, props: list[tuple[str, Any]]) -> None:
+    """Session-level properties for `--junitxml` (the gate and its decisions), written by pytest's junitxml plugin.
+
+    The plugin object registered for `--junitxml` is found by its `add_global_property` method (the one the
+    `record_testsuite_property` fixture calls); without `--junitxml` there is none and nothing is added.
+    """
+    for plugin in config.pluginmanager.get_plugins():
+        add = getattr(plugin, "add_global_property", None)
+        if callable(add):
+            for name, value in props:
+                add(name, value)
 
 
 def _merge_evaluators(header: dict[str, Any], used: list[dict[str, Any]]) -> None:

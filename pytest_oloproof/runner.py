@@ -18,6 +18,7 @@ from .errors import CaseFileError, ConfigError, StoreError
 from .evaluation import evaluate_record
 from .evaluators.base import Evaluator
 from .evaluators.registry import Registry
+from .evaluators.retrieval import label_facts
 from .execute import NORMAL, Engine, Plan, ResolvedSystem, error_record, internal_error, resolve_system
 from .identity import case_digest, case_set_digest, settings_identity
 from .missreasons import explain as explain_misses
@@ -41,6 +42,8 @@ class Evaluation:
     engine: Engine
     registry: Registry = field(default_factory=Registry)
     budget: usage.Budget | None = None  # max_cost / max_judge_calls, shared by the engine and the judges
+    #: what the cases' relevance labels say (`retrieval.label_facts`), kept when the cases are let go
+    labels: dict[str, Any] | None = None
 
     @classmethod
     def load(
@@ -70,7 +73,8 @@ class Evaluation:
             base_dir=cfg.base_dir,
             budget=budget,
         )
-        return cls(cfg, system, cases, evaluators, caches, store, engine, registry, budget)
+        labels = label_facts(c.relevant for c in cases) if load_case_files else None
+        return cls(cfg, system, cases, evaluators, caches, store, engine, registry, budget, labels)
 
     @property
     def relevance_unit(self) -> str:
@@ -87,7 +91,7 @@ class Evaluation:
         return any(inspect.iscoroutinefunction(f) for f in fns if f is not None)
 
     def criteria(self, evaluators: Sequence[Evaluator] | None = None) -> list[tuple[str, str]]:
-        return [(e.criterion, e.kind) for e in (evaluators or self.evaluators)]
+        return [(e.criterion, e.kind_for(self.labels)) for e in (evaluators or self.evaluators)]
 
     def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
         return self.engine.execute(case, plan)
@@ -141,7 +145,8 @@ class Evaluation:
             "config_path": str(self.cfg.path),
             "config": self.cfg.raw,
             "system": dict(self.system.config),
-            "evaluators": describe_evaluators(self.evaluators),
+            "evaluators": describe_evaluators(self.evaluators, self.labels),
+            **({"labels": self.labels} if self.labels is not None else {}),
             "slices": list(s.slices),
             "min_slice_support": s.min_slice_support,
             "confidence": s.confidence,
@@ -198,13 +203,19 @@ def usage_settings(s: Any) -> dict[str, Any]:
     return out
 
 
-def describe_evaluators(evaluators: Sequence[Evaluator]) -> list[dict[str, Any]]:
-    """What the run record says about each evaluator (the metrics are computed from this list)."""
+def describe_evaluators(
+    evaluators: Sequence[Evaluator], labels: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """What the run record says about each evaluator (the metrics are computed from this list).
+
+    Each kind is the one this run reads, from the labels' facts (`labels`; recall is a rate when
+    every labelled case has one relevant unit), so a comparison reads the run the same way.
+    """
     return [
         {
             "criterion": e.criterion,
             "type": e.type or type(e).__name__,
-            "kind": e.kind,
+            "kind": e.kind_for(labels),
             "asserts": e.asserts,
             "settings": safe_settings(e),
             "identity": _identity(e),

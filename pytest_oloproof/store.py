@@ -26,7 +26,10 @@ KIND_DIRS = {
     "diagnosis": "diagnoses",
     "comparison": "comparisons",
     "judge_validation": "judge_validations",
+    "decision": "decisions",
 }
+#: `latest` (the newest run) and `latest~N` (N runs before it), accepted wherever a run id is
+LATEST = re.compile(r"latest(?:~(\d+))?")
 
 
 def _cause(exc: OSError, *, besides: str | None = None) -> str:
@@ -458,11 +461,40 @@ class Store:
             return []
         return sorted(f"sha256:{p.stem}" for p in d.glob("*.json"))
 
+    def latest_run(self, ref: str) -> str | None:
+        """The run id `latest` / `latest~N` names (the newest run, or the one N before it), else None.
+
+        Counted over the store's own runs, newest first; diagnosis child runs (their run.json names
+        a `parent_run`) are left out, so `latest` after `oloproof diagnose` is still the run diagnosed.
+        """
+        m = LATEST.fullmatch(ref.strip())
+        if m is None:
+            return None
+        back = int(m.group(1) or 0)
+        runs = [r for r in self.run_ids() if not self._is_child_run(r)]
+        if back >= len(runs):
+            have = f"{len(runs)} run{'' if len(runs) == 1 else 's'}"
+            raise StoreError(
+                f"{ref.strip()!r} names the run {back} before the newest, but {self.root} holds {have} "
+                "(diagnosis child runs not counted); list them with `oloproof runs`"
+            )
+        return runs[back]
+
+    def _is_child_run(self, run_id: str) -> bool:
+        try:
+            return bool(self.run_header(run_id).get("parent_run"))
+        except StoreError:
+            return False  # a damaged run is still a run: reading it reports the damage
+
     def resolve(self, ref: str, kinds: tuple[str, ...] = tuple(KIND_DIRS)) -> tuple[str, str]:
-        """(kind, full id) for an id or a unique prefix of one."""
+        """(kind, full id) for an id, a unique prefix of one, or (runs) `latest` / `latest~N`."""
         ref = ref.strip()
         if not ref:
             raise StoreError("an empty id matches nothing")
+        if "run" in kinds:
+            latest = self.latest_run(ref)
+            if latest is not None:
+                return "run", latest
         matches: list[tuple[str, str]] = []
         for kind in kinds:
             ids = self.run_ids() if kind == "run" else self.docs(kind)

@@ -125,7 +125,12 @@ def test_pairing_counts_paired_missing_excluded(store: Store) -> None:
     assert any(line.startswith("Warning: the runs used different case sets: 1 case(s) only") for line in lines)
     iv = stats.paired_rate_interval(1, 0, 2)
     lo, hi = stats.round_outward(iv.low * 100, iv.high * 100, 1)
-    assert f"ok: +50.0 points [{lo:+.1f}, {hi:+.1f}] · 2 paired · 3 missing · 1 excluded" in lines
+    # the 3 missing pairs at worst: all regressed for the lower bound (b=1, c=3, n=5), all improved for the upper
+    wlo, whi = stats.round_outward(stats.tango_interval(1, 3, 5).low * 100, stats.tango_interval(4, 0, 5).high * 100, 1)
+    assert (
+        f"ok: +50.0 points [{lo:+.1f}, {hi:+.1f}] · 2 paired · 3 missing · "
+        f"with missing at worst: [{wlo:+.1f}, {whi:+.1f}] · 1 excluded"
+    ) in lines
     assert "  missing: missing_in_candidate 1, not_in_baseline 1, not_in_candidate 1" in lines
     changed = {c["id"]: c.get("changed") for c in doc["cases"]}
     assert changed["d"] == {"ok": {"baseline": 0.0, "candidate": 1.0}} and changed["e"] is None
@@ -401,9 +406,11 @@ def test_document_is_stored_and_inspect_prints_the_same(
     assert doc["policy"]["decisions"][0]["margin"] == 5.0
     assert "sha256:" + sha256_of(doc) == doc_id
     assert out == render(doc, doc_id)
-    assert out[-3:] == [
+    needed = stats.pairs_needed_without_change(0.05)  # the paired rate interval with no changed verdict
+    assert out[-4:] == [
         "Decisions",
         "  ni  ok  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  interval_overlaps_margin",
+        f"    a suite of about {needed} pairs ({needed - 13} more) would decide it, if the next pairs go like these",
         "Gate: BLOCK (exit 3)",
     ]
     assert cli.main(["inspect", doc_id[:16], "--store", str(store.root)]) == 0
@@ -537,20 +544,24 @@ def test_example_walkthrough_compare(
     assert cli.main(["compare", new, old, "--policy", "compare.yaml"]) == 3
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("Comparison sha256:") and lines[0].endswith(f"of {new} against {old} · 13 paired cases")
-    for name in ("answer_correct", "hit_rate_at_2", "citations_valid"):  # rates: the exact paired interval
+    # rates (recall too: every labelled case of the example has one relevant unit): the exact paired interval
+    for name in ("answer_correct", "hit_rate_at_2", "recall_at_2", "citations_valid"):
         assert f"{name}: +0.0 points [-24.8, +24.8] · 13 paired · 0 missing · 0 excluded" in lines
-    for name in ("recall_at_2", "ndcg_at_6"):  # graded means: the paired betting mixture
+    for name in ("ndcg_at_6",):  # graded means: the paired betting mixture
         assert f"{name}: +0.0 points [-33.6, +33.6] · 13 paired · 0 missing · 0 excluded" in lines
     assert (
         "answer_correct: 13 paired cases cannot establish non-inferiority at a 5.0-point margin; "
         "about 72 would be needed with no changed verdicts"
     ) in lines
-    assert lines[-4:] == [
+    n5, n2 = stats.pairs_needed_without_change(0.05), stats.pairs_needed_without_change(0.02)
+    assert lines[-6:] == [
         "Decisions",
         "  answers-not-worse  answer_correct  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  "
         "interval_overlaps_margin",
+        f"    a suite of about {n5} pairs ({n5 - 13} more) would decide it, if the next pairs go like these",
         "  citations-not-worse  citations_valid  non-inferiority, margin 2.0 points  INSUFFICIENT_EVIDENCE  "
         "interval_overlaps_margin",
+        f"    a suite of about {n2} pairs ({n2 - 13} more) would decide it, if the next pairs go like these",
         "Gate: BLOCK (exit 3)",
     ]
     assert not any("Warning" in x for x in lines)

@@ -160,7 +160,7 @@ def test_baseline_without_policy_prints_the_comparison_and_keeps_pytest_status(p
             ["--oloproof-baseline", "missing.json", "--oloproof-policy", "compare.yaml"],
             "*Oloproof cannot start: --oloproof-baseline *missing.json: no such run-record file*",
         ),
-        (["--oloproof-policy", "compare.yaml"], "*--oloproof-policy needs --oloproof-baseline*"),
+        (["--oloproof-policy", "compare.yaml"], "*decisions?0?.test: non-inferiority compares a candidate*"),
         (
             ["--oloproof-baseline", "BASE", "--oloproof-policy", "nope.yaml"],
             "*--oloproof-policy: *nope.yaml does not exist*",

@@ -169,7 +169,10 @@ def test_unreachable_judge_is_missing_never_a_verdict(pytester: pytest.Pytester)
         assert c["status"] == "missing" and c["reason"].startswith("judge_error: ")
     m = report["metrics"]["grounded"]
     assert (m["observed"], m["missing"]) == (0, 2)
-    result.stdout.fnmatch_lines(["*grounded*0 / 0 observed · 2 missing · 0 excluded*"])
+    # nothing observed: with both missing cases at worst, the interval is all of [0, 1]
+    result.stdout.fnmatch_lines(
+        ["*grounded*0 / 0 observed · 2 missing · with missing at worst: ?0.0%, 100.0%? · 0 excluded*"]
+    )
     # a missing judgment is never cached: a later run asks again
     assert report["cache"]["judgment"]["miss"] == 4
 

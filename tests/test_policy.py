@@ -116,7 +116,7 @@ def test_valid_policy_with_defaults(tmp_path: Path) -> None:
         (
             "decisions:\n  - {name: a, criterion: x, test: noninferiority, margin: 5}\n",
             "compare.yaml:2: decisions[0].test: unknown test 'noninferiority'; use one of non-inferiority, "
-            "superiority, equivalence; did you mean non-inferiority?",
+            "superiority, equivalence, minimum, maximum, max-failures; did you mean non-inferiority?",
         ),
         (
             "decisions:\n  - name: a\n    criterion: x\n    test: non-inferiority\n",
@@ -137,7 +137,7 @@ def test_valid_policy_with_defaults(tmp_path: Path) -> None:
         ),
         (
             "decisions:\n  - {name: a, criterion: x, test: superiority}\nmissing: drop\n",
-            "compare.yaml:3: missing: expected 'fail' or 'exclude', got 'drop'",
+            "compare.yaml:3: missing: expected 'fail', 'exclude' or 'bound', got 'drop'",
         ),
         (
             "decisions:\n  - {name: a, criterion: x, test: superiority}\nmin_pairs: 0\n",

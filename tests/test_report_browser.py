@@ -331,10 +331,12 @@ def test_comparison_page_shows_block(example_site: Site, open_page: Any, tmp_pat
     page = opened.page
     assert page.locator(".gate").get_attribute("data-gate") == "BLOCK"
     assert page.locator(".gate").inner_text() == "Gate: BLOCK (exit 3)"
-    decisions = page.locator("table.decisions tbody tr").all_inner_texts()
+    decisions = page.locator("table.decisions tbody tr:not(.plan)").all_inner_texts()
     assert len(decisions) == 2 and all(
         "INSUFFICIENT_EVIDENCE" in d and "interval_overlaps_margin" in d for d in decisions
     )
+    plans = page.locator("table.decisions tbody tr.plan").all_inner_texts()  # one under each undecided decision
+    assert len(plans) == 2 and all("would decide it, if the next pairs go like these" in p for p in plans)
     assert page.locator("svg.forest line.margin").count() == 2  # the two decisions' margins
     assert "about 72 would be needed with no changed verdicts" in page.locator("main").inner_text()
     shot(opened, tmp_path, "comparison")

@@ -112,7 +112,11 @@ def test_markdown_summary_is_appended_to_github_step_summary(
     assert text.startswith("## Earlier step\n")
     assert text.count("### Oloproof · mini") == 2
     assert "| criterion | estimate | 95% interval | accounting |" in text
-    assert "| answer_correct | 66.7% | [9.4%, 99.2%] | 2 / 3 observed · 1 missing · 0 excluded |" in text
+    # the missing case at worst: Clopper–Pearson of 2 / 4 for the lower bound, 3 / 4 for the upper
+    assert (
+        "| answer_correct | 66.7% | [9.4%, 99.2%] | 2 / 3 observed · 1 missing · with missing at worst: "
+        "[6.7%, 99.4%] · 0 excluded |"
+    ) in text
     assert "- answer_correct: missing — system_error 1" in text
     assert "- hit_rate_at_1: excluded — no_relevance_labels 1" in text
     assert "`Cache: execution 0 hit/4 miss; judgment 0 hit/12 miss`" in text
@@ -193,8 +197,8 @@ def test_example_first_run(pytester: pytest.Pytester, tmp_path: Path) -> None:
     assert row(result, "answer_correct")[1:] == ["69.2%", "[38.5%, 91.0%]", "9 / 13 observed · 0 missing · 0 excluded"]
     cells = row(result, "hit_rate_at_2")  # a rate: Clopper-Pearson
     assert cells[1] == "92.3%" and cells[2].startswith("[63.9%, ") and cells[3].startswith("12 / 13 observed")
-    cells = row(result, "recall_at_2")  # a mean, though its values here are 0/1: the mixture
-    assert cells[1] == "0.923" and cells[3] == "mean of 13 observed · 0 missing · 0 excluded"
+    cells = row(result, "recall_at_2")  # a rate: every labelled case has one relevant unit (recall@2 = hit@2)
+    assert cells[1:] == ["92.3%", "[63.9%, 99.9%]", "12 / 13 observed · 0 missing · 0 excluded"]
     ndcg = row(result, "ndcg_at_6")
     assert ndcg[3] == "mean of 13 observed · 0 missing · 0 excluded"
     low, high = (float(v) for v in ndcg[2].strip("[]").split(", "))

@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from . import compare, core, diagnose, report, validate_judge
+from . import compare, core, diagnose, gate, report, validate_judge
 from .core import EXIT_BLOCK, EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     compare.SUBCOMMAND,
+    gate.GATE,
+    gate.PLAN,
     diagnose.SUBCOMMAND,
     validate_judge.SUBCOMMAND,
     report.SUBCOMMAND,

@@ -14,8 +14,12 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
         "compare",
         help="compare a candidate run with a baseline run; with --policy, decide the release (exit 3 on BLOCK)",
     )
-    p.add_argument("candidate", metavar="CANDIDATE", help="run id, unique prefix, or run-record JSON file")
-    p.add_argument("baseline", metavar="BASELINE", help="run id, unique prefix, or run-record JSON file")
+    p.add_argument(
+        "candidate", metavar="CANDIDATE", help="run id, unique prefix, latest, latest~N, or run-record JSON file"
+    )
+    p.add_argument(
+        "baseline", metavar="BASELINE", help="run id, unique prefix, latest, latest~N, or run-record JSON file"
+    )
     p.add_argument("--policy", metavar="PATH", help="compare.yaml with the decisions of the gate")
     common(p)
 

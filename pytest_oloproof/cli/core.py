@@ -265,7 +265,7 @@ def build_parser(subcommands: Sequence[Subcommand] = ()) -> argparse.ArgumentPar
     sub.add_parser("run", help="run pytest with --oloproof; other arguments go to pytest", add_help=False)
     p = sub.add_parser("runs", help="list stored runs, newest first")
     common(p)
-    p = sub.add_parser("inspect", help="show a run, diagnosis or comparison (id or unique prefix)")
+    p = sub.add_parser("inspect", help="show a run, diagnosis, comparison or decision (id, unique prefix, latest)")
     p.add_argument("id")
     p.set_defaults(inspectors={s.inspects: s.inspect for s in subcommands if s.inspects and s.inspect})
     common(p)

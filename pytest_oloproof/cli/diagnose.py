@@ -17,7 +17,7 @@ INTERVENTIONS = ("gold-context", "top-k", "reranker")
 
 def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p = sub.add_parser("diagnose", help="re-run a run's failed cases under an intervention to learn why they failed")
-    p.add_argument("run_id", metavar="RUN_ID", help="run id, unique prefix, or run-record JSON file")
+    p.add_argument("run_id", metavar="RUN_ID", help="run id, unique prefix, latest, latest~N, or run-record JSON file")
     p.add_argument("--intervention", choices=INTERVENTIONS, default="gold-context", help="default: gold-context")
     p.add_argument("--criterion", help="criterion to diagnose (default: the run's first pass/fail criterion)")
     p.add_argument("--top-k", type=cli.positive_int, metavar="N", help="the cut to replay with (--intervention top-k)")

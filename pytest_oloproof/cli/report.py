@@ -16,7 +16,7 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
         "report",
         help="write an HTML report of a run, diagnosis or comparison (or, with no ID, of the whole store)",
     )
-    p.add_argument("id", nargs="?", metavar="ID", help="run, diagnosis or comparison id, or a unique prefix")
+    p.add_argument("id", nargs="?", metavar="ID", help="run, diagnosis or comparison id, unique prefix, latest")
     p.add_argument(
         "--html",
         required=True,

@@ -134,6 +134,10 @@ class Evaluator(ABC):
         """Settings that are part of this evaluator's judgment identity."""
         return {}
 
+    def kind_for(self, labels: Mapping[str, Any] | None) -> Kind:
+        """This run's kind, given the facts of its cases' labels (`retrieval.label_facts`); the class's by default."""
+        return self.kind
+
     @abstractmethod
     def evaluate(self, x: EvalInput) -> CriterionValue:
         """Judge one case."""

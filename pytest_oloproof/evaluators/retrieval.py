@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from .. import metrics
@@ -89,11 +89,42 @@ class HitRate(_RetrievalEvaluator):
 
 
 class Recall(_RetrievalEvaluator):
-    """Relevant units among the first k / all relevant units."""
+    """Relevant units among the first k / all relevant units.
+
+    A rate when every labelled case has exactly one relevant unit (then recall@k is hit@k and
+    every value is 0 or 1), a mean otherwise: decided from the labels (`label_facts`), before
+    anything runs, never from the values a run happens to produce.
+    """
 
     type = "recall"
     prefix = "recall"
     metric = staticmethod(metrics.recall)
+
+    def kind_for(self, labels: Mapping[str, Any] | None) -> Literal["rate", "mean"]:
+        one = (labels or {}).get("one_relevant_unit") or {}
+        return "rate" if one.get(self.relevance_unit) is True else "mean"
+
+
+def label_facts(relevant_labels: Iterable[Sequence[Any] | None]) -> dict[str, Any]:
+    """What the run's relevance labels say about its metrics' kinds, per relevance unit.
+
+    `one_relevant_unit[unit]` is true when at least one case is labelled and every labelled case
+    (one with a unit of grade > 0) has exactly one relevant unit, counted in that unit.
+    """
+    labelled = 0
+    one = {"document": True, "chunk": True}
+    for relevant in relevant_labels:
+        if relevant is None:
+            continue
+        counts = {u: metrics.num_relevant(qrels_of(relevant, u)) for u in ("document", "chunk")}
+        if counts["document"] == 0 and counts["chunk"] == 0:
+            continue
+        labelled += 1
+        for u in one:
+            one[u] = one[u] and counts[u] == 1
+    if not labelled:
+        one = {"document": False, "chunk": False}
+    return {"labelled_cases": labelled, "one_relevant_unit": one}
 
 
 class Precision(_RetrievalEvaluator):

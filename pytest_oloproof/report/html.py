@@ -108,6 +108,26 @@ def _latest_diagnosis(store: Store | None, run_id: str) -> tuple[str, dict[str, 
     return (best[1], best[2]) if best else None
 
 
+def _latest_decision(store: Store | None, run_id: str) -> tuple[str, dict[str, Any]] | None:
+    """The release decision of a run stored last (`oloproof gate` or a session with `--oloproof-policy`), if any.
+
+    Decisions are content-addressed, so "last" is the file written last (its modification time).
+    """
+    if store is None:
+        return None
+    folder = store.root / "decisions"
+    best: tuple[float, str, dict[str, Any]] | None = None
+    for doc_id in store.docs("decision"):
+        try:
+            doc = store.load_doc("decision", doc_id)
+            stamp = (folder / f"{doc_id.removeprefix('sha256:')}.json").stat().st_mtime
+        except Exception:
+            continue
+        if (doc.get("run") or {}).get("run_id") == run_id and (best is None or stamp > best[0]):
+            best = (stamp, doc_id, doc)
+    return (best[1], best[2]) if best else None
+
+
 def _try_run(store: Store, ref: str | None) -> dict[str, Any] | None:
     """A run record for a comparison page, or None when it is not in the store (a baseline file elsewhere)."""
     if not ref:
@@ -148,19 +168,24 @@ def run_page(
     record: Mapping[str, Any],
     store: Store | None = None,
     comparison: tuple[str, Mapping[str, Any], Mapping[str, Any] | None] | None = None,
+    decision: tuple[str, Mapping[str, Any]] | None = None,
     *,
     in_folder: bool = False,
 ) -> str:
-    """The run page; `comparison` is (id, document, baseline record) when the session compared the run."""
+    """The run page; `comparison` is (id, document, baseline record) when the session compared the run,
+    `decision` (id, document) when a release policy decided it alone."""
     comp_view = None
     if comparison is not None:
         comp_id, comp_doc, baseline = comparison
         comp_view = model.comparison_view(comp_doc, comp_id, record, baseline)
+    elif decision is None:  # a page written later (`oloproof report RUN`): the run's last stored decision
+        decision = _latest_decision(store, str(record.get("run_id")))
     view = model.run_view(
         record,
         diagnosis=_latest_diagnosis(store, str(record.get("run_id"))),
         comparison=comp_view,
         store_root=str(store.root) if store else None,
+        decision=model.decision_view(decision[1], decision[0]) if decision else None,
     )
     return render_page(view, in_folder=in_folder)
 

@@ -157,7 +157,9 @@ def comparison_markdown(
     rows = []
     accounting = []
     for name, c in doc["criteria"].items():
-        acc = f"{c['paired']} paired · {c['missing']} missing · {c['excluded']} excluded"
+        from ..compare import criterion_accounting
+
+        acc = criterion_accounting(c)
         if c["paired"]:
             pr = c["printed"]
             rows.append([text(name), text(pr["estimate"]), text(f"[{pr['low']}, {pr['high']}]"), text(acc)])
@@ -172,13 +174,39 @@ def comparison_markdown(
     for note in [*(doc.get("sample_size_notes") or []), *after_notes]:  # paragraphs: a list would merge
         out += [text(note), ""]
     if doc.get("decisions"):
-        decision_rows = []
-        for d in doc["decisions"]:
-            test = f"{d['test']}, margin {fmt_margin(d['margin'])} points"
-            decision_rows.append(
-                [text(d["name"]), text(d["criterion"]), text(test), f"**{text(d['outcome'])}**", text(d["reason"])]
-            )
-        out += table(("decision", "criterion", "test", "outcome", "reason"), decision_rows)
+        from ..release import describe_test
+
+        def test_of(d: Mapping[str, Any]) -> str:
+            if d.get("scope") == "run":
+                return f"{describe_test(d)} (candidate alone)"
+            return f"{d['test']}, margin {fmt_margin(d['margin'])} points"
+
+        out += decision_table(doc["decisions"], test_of)
         reason = f" · {text(doc['gate_reason'])}" if doc.get("gate_reason") else ""
         out += [f"**Gate: {text(doc['gate'])} (exit {doc['exit_code']}){reason}**", ""]
+    return "\n".join(out).rstrip("\n") + "\n\n"
+
+
+def decision_table(decisions: Sequence[Mapping[str, Any]], test_of: Any) -> list[str]:
+    """The decisions table, then each undecided decision's plan line (how many cases would decide it)."""
+    rows = [
+        [text(d["name"]), text(d["criterion"]), text(test_of(d)), f"**{text(d['outcome'])}**", text(d["reason"])]
+        for d in decisions
+    ]
+    out = table(("decision", "criterion", "test", "outcome", "reason"), rows)
+    out += bullets([f"{text(d['name'])}: {text(d['plan'])}" for d in decisions if d.get("plan")])
+    return out
+
+
+def decision_markdown(doc: Mapping[str, Any], doc_id: str, test_of: Any) -> str:
+    """One run's release decision: the decisions table, plan lines and the gate."""
+    run = doc["run"]
+    out = [
+        f"### Oloproof gate · {text(doc['gate'])}",
+        "",
+        f"Decision {code(doc_id)} of {code(run['run_id'])} · {run['cases']} cases · no baseline",
+        "",
+    ]
+    out += decision_table(doc["decisions"], test_of)
+    out += [f"**Gate: {text(doc['gate'])} (exit {doc['exit_code']})**", ""]
     return "\n".join(out).rstrip("\n") + "\n\n"

@@ -454,8 +454,10 @@ def run_view(
     diagnosis: tuple[str, Mapping[str, Any]] | None = None,
     comparison: Mapping[str, Any] | None = None,
     store_root: str | None = None,
+    decision: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Everything the run page shows; `comparison` is a comparison_view to show beneath (the CI form)."""
+    """Everything the run page shows; `comparison` is a comparison_view to show beneath (the CI form),
+    `decision` a decision_view (the run decided alone by a release policy)."""
     metrics = record.get("metrics") or {}
     confidence = float(record.get("confidence", 0.95))
     cases = record.get("cases") or []
@@ -526,6 +528,7 @@ def run_view(
         "labels": sorted({v["label"] for v in labels.values() if v.get("label")}),
         "data": case_payload(record, labels),
         "comparison": comparison,
+        "decision": decision,
     }
 
 
@@ -671,6 +674,42 @@ def _changed_ids(changed: Any) -> list[str]:
     return [c if isinstance(c, str) else str(c.get("id")) for c in changed]
 
 
+def decision_rows(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The decisions table's rows (comparison and single-run decisions), each with its plan line if undecided."""
+    from ..compare import fmt_margin
+    from ..release import describe_test
+
+    rows = []
+    for d in decisions:
+        if d.get("scope") == "run":
+            test = describe_test(d)
+        else:
+            test = f"{d.get('test')}, margin {fmt_margin(float(d.get('margin') or 0.0))} points"
+        rows.append(
+            {
+                "name": d.get("name"),
+                "criterion": d.get("criterion"),
+                "test": test,
+                "outcome": d.get("outcome"),
+                "reason": d.get("reason"),
+                "plan": d.get("plan"),
+                "tone": "pass" if d.get("outcome") == "PASS" else ("fail" if d.get("outcome") == "FAIL" else "warn"),
+            }
+        )
+    return rows
+
+
+def decision_view(doc: Mapping[str, Any], doc_id: str) -> dict[str, Any]:
+    """One run's release decision (no baseline), shown on the run page."""
+    return {
+        "id": doc_id,
+        "decisions": decision_rows(doc.get("decisions") or []),
+        "gate": doc.get("gate"),
+        "exit_code": doc.get("exit_code"),
+        "block_on": list((doc.get("policy") or {}).get("block_on") or []),
+    }
+
+
 def comparison_view(
     doc: Mapping[str, Any],
     doc_id: str,
@@ -681,7 +720,7 @@ def comparison_view(
 
     `candidate` and `baseline` are the two run records when available (for both outputs side by side).
     """
-    from ..compare import criterion_line, fmt_margin
+    from ..compare import criterion_line
     from ..usage import cost_lines
 
     cand, base = _by_id(candidate), _by_id(baseline)
@@ -710,17 +749,7 @@ def comparison_view(
                 )
     sets = doc.get("case_sets") or {}
     changed = doc.get("changed_cases") or sets.get("changed") or []
-    decisions = [
-        {
-            "name": d.get("name"),
-            "criterion": d.get("criterion"),
-            "test": f"{d.get('test')}, margin {fmt_margin(float(d.get('margin') or 0.0))} points",
-            "outcome": d.get("outcome"),
-            "reason": d.get("reason"),
-            "tone": "pass" if d.get("outcome") == "PASS" else ("fail" if d.get("outcome") == "FAIL" else "warn"),
-        }
-        for d in doc.get("decisions") or []
-    ]
+    decisions = decision_rows(doc.get("decisions") or [])
     return {
         "kind": "comparison",
         "title": f"Oloproof comparison {doc_id}",

@@ -31,7 +31,9 @@ def fmt_estimate(m: Mapping[str, Any]) -> str:
 
 
 def accounting(m: Mapping[str, Any]) -> str:
-    rest = f"{m['missing']} missing · {m['excluded']} excluded"
+    worst = m.get("missing_at_worst")
+    bounded = f" · with missing at worst: {fmt_interval(m['kind'], worst['low'], worst['high'])}" if worst else ""
+    rest = f"{m['missing']} missing{bounded} · {m['excluded']} excluded"
     if m["kind"] == "rate":
         return f"{m.get('passed', 0)} / {m['observed']} observed · {rest}"
     return f"mean of {m['observed']} observed · {rest}"

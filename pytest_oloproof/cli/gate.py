@@ -1,0 +1,92 @@
+"""`oloproof gate` and `oloproof plan`: decide a stored run by a release policy, and how many cases would decide it."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from . import core as cli
+
+
+def add_gate_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "gate",
+        help="decide a stored run by a release policy's single-run decisions, running nothing (exit 3 on BLOCK)",
+    )
+    p.add_argument("run", metavar="RUN", help="run id, unique prefix, latest, latest~N, or run-record JSON file")
+    p.add_argument("--policy", metavar="PATH", required=True, help="release.yaml with minimum / maximum / max-failures")
+    common(p)
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from .. import release
+    from ..compare import load_run
+    from ..policy import load_policy
+
+    policy = load_policy(args.policy)
+    policy.check_single_run("compare two runs with `oloproof compare CANDIDATE BASELINE --policy FILE`")
+    store = cli._store_from(args)
+    record = load_run(store, args.run, "run")
+    source = args.run if args.run.endswith(".json") else None
+    doc = release.decide_run(record, policy, store=store, source=source)
+    doc_id = store.save_doc("decision", doc)
+    cli._emit(args, {"id": doc_id, **doc}, release.render(doc, doc_id))
+    return int(doc["exit_code"])
+
+
+def add_plan_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "plan",
+        help="for each undecided decision of a policy, how many cases would decide it (stores nothing)",
+    )
+    p.add_argument("ref", metavar="RUN|COMPARISON", help="a run (id, prefix, latest, latest~N) or a comparison id")
+    p.add_argument("--policy", metavar="PATH", required=True, help="the policy whose decisions to plan")
+    common(p)
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .. import release
+    from ..compare import compare_runs, load_run
+    from ..policy import load_policy
+
+    policy = load_policy(args.policy)
+    store = cli._store_from(args)
+    if args.ref.endswith(".json"):
+        kind, full = "run", args.ref
+    else:
+        kind, full = store.resolve(args.ref, kinds=("run", "comparison"))
+    if kind == "run":
+        policy.check_single_run(f"plan a comparison (`oloproof plan COMPARISON --policy {args.policy}`)")
+        doc = release.decide_run(load_run(store, full, "run"), policy, store=store)
+        head = f"Plan for run {doc['run']['run_id']} · {doc['run']['cases']} cases · {args.policy}"
+    else:
+        stored = store.load_doc("comparison", full)
+        runs = []
+        for role in ("candidate", "baseline"):
+            info = stored[role]
+            ref = info["source"] if info.get("source") not in (None, "store") else info["run_id"]
+            runs.append(load_run(store, ref, role))
+        doc = compare_runs(runs[0], runs[1], policy, store=store)
+        head = f"Plan for comparison {full} · {doc['paired_cases']} paired cases · {args.policy}"
+    rows = [{k: d.get(k) for k in ("name", "criterion", "test", "outcome", "reason", "plan")} for d in doc["decisions"]]
+    lines = [head]
+    for r in rows:
+        lines.append(f"  {r['name']}  {r['criterion']}  {r['outcome']}  {r['reason']}")
+        if r["plan"]:
+            lines.append(f"    {r['plan']}")
+    if not any(r["plan"] for r in rows):
+        lines.append("Every decision is decided: nothing to plan")
+    cli._emit(args, {"ref": full, "kind": kind, "decisions": rows}, lines)
+    return cli.EXIT_OK
+
+
+GATE = cli.Subcommand("gate", add_gate_parser, cmd_gate, inspects="decision", inspect=lambda doc, i: _inspect(doc, i))
+PLAN = cli.Subcommand("plan", add_plan_parser, cmd_plan)
+
+
+def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
+    """`oloproof inspect DECISION_ID`: the text `oloproof gate` printed."""
+    from ..release import render
+
+    return render(doc, doc_id)

@@ -1,0 +1,419 @@
+"""Deciding one run (SPEC §10, "Deciding one run: the release policy") and how many cases would decide it.
+
+A policy's single-run decisions (`minimum`, `maximum`, `max-failures`) read one run's
+criterion: its interval (or, with `missing: bound`, the interval with every missing case
+at its worst value) against a threshold, or its count of failed cases against a limit.
+The result is a content-addressed `oloproof.decision/1` document, rendered as text,
+Markdown and in the HTML and JSON reports.
+
+For a decision the interval leaves undecided, `plan_line` says how many cases would decide
+it, if the next cases go like these: the observed values (and, under `missing: bound`, the
+missing cases) are scaled up to N cases keeping their proportions — each distinct value's
+count becomes its share of N, rounded by largest remainder, ties in value order — and the
+interval the decision reads is recomputed with the same method and confidence. The smallest
+N that decides is found by doubling, then bisection (intervals narrow as N grows). Nothing
+random is involved, so the answer is the same every time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any
+
+from .aggregate import compute_metrics, missing_at_worst
+from .errors import OloproofError
+from .policy import (
+    FAIL,
+    INSUFFICIENT,
+    INTERVAL_OVERLAPS_MARGIN,
+    INTERVAL_OVERLAPS_THRESHOLD,
+    MAX_FAILURES,
+    MISSING_COULD_EXCEED_LIMIT,
+    MISSING_EXCEEDS_LIMIT,
+    NO_OBSERVATIONS,
+    PASS,
+    Decision,
+    LoadedPolicy,
+)
+from .store import Store
+
+SCHEMA = "oloproof.decision/1"
+EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
+#: the largest suite `plan_line` considers; beyond it, it says "more than"
+PLAN_CAP = 100_000
+
+
+class DecisionError(OloproofError):
+    """A run cannot be decided by the policy (a comparison decision without a baseline): exit 2."""
+
+    exit_code = EXIT_USAGE
+
+
+# ------------------------------------------------------------------ one run's values
+
+
+def run_kind(record: Mapping[str, Any], criterion: str, values: Sequence[float]) -> str:
+    """The kind the run recorded for the criterion (from its evaluator and labels); 0/1 values as a fallback."""
+    for e in record.get("evaluators") or []:
+        if e.get("criterion") == criterion and e.get("kind") in ("rate", "mean"):
+            return str(e["kind"])
+    return "rate" if all(v in (0.0, 1.0) for v in values) else "mean"
+
+
+def observed_values(record: Mapping[str, Any], criterion: str) -> tuple[list[float], int]:
+    """The criterion's observed values (cases in id order) and its count of missing cases."""
+    values: list[float] = []
+    missing = 0
+    for c in sorted(record.get("cases") or [], key=lambda c: c["id"]):
+        cv = (c.get("criteria") or {}).get(criterion)
+        if cv is None:
+            continue
+        if cv["status"] == "observed":
+            values.append(float(cv["value"]))
+        elif cv["status"] == "missing":
+            missing += 1
+    return values, missing
+
+
+# ------------------------------------------------------------------ deciding
+
+
+def decide_rows(
+    record: Mapping[str, Any],
+    policy: LoadedPolicy,
+    confidence: float,
+    seed: int,
+    store: Store | None,
+) -> list[dict[str, Any]]:
+    """One row per single-run decision of the policy, read from the run's cases."""
+    from .compare import judge_gate
+
+    p = policy.policy
+    rows = []
+    cases = sorted(record.get("cases") or [], key=lambda c: c["id"])
+    for d in p.run_decisions:
+        values, _ = observed_values(record, d.criterion)
+        kind = run_kind(record, d.criterion, values)
+        m = compute_metrics(cases, [(d.criterion, kind)], confidence=confidence, seed=seed)[d.criterion]
+        kind = m["kind"]
+        missing = int(m["missing"])
+        row: dict[str, Any] = {
+            "name": d.name,
+            "criterion": d.criterion,
+            "test": d.test,
+            "scope": "run",
+            "kind": kind,
+            "observed": m["observed"],
+            "missing": missing,
+            "estimate": m["value"],
+        }
+        judge = judge_gate(d.criterion, record, store=store)
+        if d.test == MAX_FAILURES:
+            limit = int(d.max_failures or 0)
+            failures = sum(1 for v in values if v < 1.0)
+            row.update({"max_failures": limit, "failures": failures})
+            if judge is not None:
+                outcome, reason = INSUFFICIENT, judge
+            elif failures > limit:
+                outcome, reason = FAIL, "failures_exceed_limit"
+            elif missing and p.missing == "fail":
+                outcome, reason = INSUFFICIENT, MISSING_EXCEEDS_LIMIT
+            elif missing and p.missing == "bound" and failures + missing > limit:
+                outcome, reason = INSUFFICIENT, MISSING_COULD_EXCEED_LIMIT
+            else:
+                outcome, reason = PASS, "failures_within_limit"
+        else:
+            threshold = float(d.threshold or 0.0)
+            worst = m.get("missing_at_worst") if p.missing == "bound" else None
+            low, high = (worst["low"], worst["high"]) if worst else (m["low"], m["high"])
+            row["threshold"] = threshold
+            row["interval"] = {
+                "low": low,
+                "high": high,
+                "confidence": confidence,
+                "method": m["method"],
+                "missing_at_worst": bool(worst),
+            }
+            if judge is not None:
+                outcome, reason = INSUFFICIENT, judge
+            elif not m["observed"]:
+                outcome, reason = INSUFFICIENT, NO_OBSERVATIONS
+            elif missing and p.missing == "fail":
+                outcome, reason = INSUFFICIENT, MISSING_EXCEEDS_LIMIT
+            else:
+                outcome, reason = d.run_rule.decide(low, high, threshold)
+        if p.missing == "exclude" and missing:
+            row["missing_dropped"] = missing
+        row.update({"outcome": outcome, "reason": reason})
+        if outcome == INSUFFICIENT:
+            row["plan"] = plan_run(d, values, missing, kind, p.missing, confidence, seed, reason)
+            if m.get("clustered") and reason == INTERVAL_OVERLAPS_THRESHOLD:
+                row["plan"] += " (counting cases as independent: with clusters of several cases, more are needed)"
+        rows.append(row)
+    return rows
+
+
+def gate_of(policy: LoadedPolicy, decisions: Sequence[Mapping[str, Any]]) -> str:
+    """BLOCK when any decision's outcome is one the policy blocks on (`block_on`), else PASS."""
+    return "BLOCK" if any(policy.policy.blocks(d["outcome"]) for d in decisions) else "PASS"
+
+
+def decide_run(
+    record: Mapping[str, Any],
+    policy: LoadedPolicy,
+    *,
+    store: Store | None = None,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """The `oloproof.decision/1` document of one run under a policy of single-run decisions."""
+    policy.check_single_run("compare two runs with `oloproof compare CANDIDATE BASELINE --policy FILE`")
+    from .compare import criteria_of
+
+    policy.check_criteria(
+        criteria_of(record), why="the run must record it", listing="criteria of the run", single_run=True
+    )
+    confidence = float(policy.policy.confidence or record.get("confidence", 0.95))
+    seed = int(record.get("seed", 0) or 0)
+    decisions = decide_rows(record, policy, confidence, seed, store)
+    gate = gate_of(policy, decisions)
+    return {
+        "schema": SCHEMA,
+        "run": {
+            "run_id": record.get("run_id"),
+            "status": record.get("status"),
+            "system": dict(record.get("system") or {}),
+            "cases": len(record.get("cases") or []),
+            "source": source or "store",
+        },
+        "confidence": confidence,
+        "seed": seed,
+        "policy": policy.snapshot(),
+        "decisions": decisions,
+        "gate": gate,
+        "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
+    }
+
+
+# ------------------------------------------------------------------ text
+
+
+def fmt_fraction(x: float, kind: str) -> str:
+    """A threshold or estimate as the criterion prints: 70.0% for a rate, 0.700 for a mean."""
+    return f"{x * 100:.1f}%" if kind == "rate" else f"{x:.3f}"
+
+
+def describe_test(d: Mapping[str, Any]) -> str:
+    """`minimum 70.0%`, `max-failures 0`."""
+    if d["test"] == MAX_FAILURES:
+        return f"max-failures {d['max_failures']} ({d['failures']} failed, {d['missing']} missing)"
+    from .report.text import fmt_interval
+
+    iv = d["interval"]
+    at_worst = " with missing at worst" if iv.get("missing_at_worst") else ""
+    return (
+        f"{d['test']} {fmt_fraction(d['threshold'], d['kind'])}"
+        f"  {fmt_interval(d['kind'], iv['low'], iv['high'])}{at_worst}"
+    )
+
+
+def decision_lines(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The single-run rows of a decisions table, each undecided one followed by its plan line."""
+    lines = []
+    for d in decisions:
+        lines.append(f"  {d['name']}  {d['criterion']}  {describe_test(d)}  {d['outcome']}  {d['reason']}")
+        if d.get("plan"):
+            lines.append(f"    {d['plan']}")
+    return lines
+
+
+def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
+    """The decision as text (also what `oloproof inspect` prints for a stored decision)."""
+    run = doc["run"]
+    n = len(doc["decisions"])
+    lines = [
+        f"Decision {doc_id} of {run['run_id']} · {run['cases']} cases · "
+        f"{n} single-run decision{'' if n == 1 else 's'} (no baseline)",
+        "Decisions",
+        *decision_lines(doc["decisions"]),
+        f"Gate: {doc['gate']} (exit {doc['exit_code']}) · blocks on {', '.join(doc['policy']['block_on'])}",
+    ]
+    return lines
+
+
+def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
+    """A GitHub step-summary section for the decision (rendering-safe, see `report.markdown`)."""
+    from .report.markdown import decision_markdown
+
+    return decision_markdown(doc, doc_id, describe_test)
+
+
+# ------------------------------------------------------------------ how many cases would decide it
+
+
+def scaled(counts: Mapping[Hashable, int], total: int) -> Counter[Hashable]:
+    """`counts` scaled to `total` items keeping their proportions (largest remainder; ties in key order)."""
+    n = sum(counts.values())
+    keys = sorted(counts, key=repr)
+    exact = {k: counts[k] * total / n for k in keys}
+    out = Counter({k: math.floor(exact[k]) for k in keys})
+    short = total - sum(out.values())
+    for k in sorted(keys, key=lambda k: (-(exact[k] - math.floor(exact[k])), repr(k)))[:short]:
+        out[k] += 1
+    return out
+
+
+def smallest_deciding(now: int, decides: Callable[[int], bool], cap: int = PLAN_CAP) -> int | None:
+    """The smallest N > `now` for which `decides(N)`, by doubling then bisection; None beyond `cap`.
+
+    Exact below 400 cases; above, the bisection stops within 0.5% (it is "about" N, and a suite of
+    100,000 graded values costs seconds per interval).
+    """
+    lo, hi = now, max(now * 2, now + 1)
+    while not decides(hi):
+        if hi >= cap:
+            return None
+        lo, hi = hi, min(hi * 2, cap)
+    while hi - lo > max(1, lo // 200):
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if decides(mid) else (mid, hi)
+    return hi
+
+
+def suite_line(needed: int | None, now: int, unit: str = "cases", verb: str = "decide it") -> str:
+    if needed is None:
+        return f"more than {PLAN_CAP:,} {unit} would be needed to {verb}, if the next {unit} go like these"
+    return f"a suite of about {needed:,} {unit} ({needed - now:,} more) would {verb}, if the next {unit} go like these"
+
+
+def plan_run(
+    d: Decision,
+    values: Sequence[float],
+    missing: int,
+    kind: str,
+    missing_policy: str,
+    confidence: float,
+    seed: int,
+    reason: str,
+) -> str:
+    """One line: how many cases would decide an undecided single-run decision (see the module's docstring)."""
+    if reason == MISSING_EXCEEDS_LIMIT:
+        return (
+            f"{missing} missing case{'' if missing == 1 else 's'} decide{'s' if missing == 1 else ''} this "
+            "(missing: fail), not the sample size: fix what made them missing and re-run, or decide with missing: bound"
+        )
+    if reason == MISSING_COULD_EXCEED_LIMIT:
+        return f"{missing} missing case{'' if missing == 1 else 's'} could exceed the limit: more cases cannot help"
+    if reason != INTERVAL_OVERLAPS_THRESHOLD:
+        return f"not a question of sample size ({reason})"
+    threshold = float(d.threshold or 0.0)
+    rule = d.run_rule
+    counts: Counter[Hashable] = Counter(values)
+    bound = missing_policy == "bound" and missing > 0
+    if bound:
+        counts["missing"] = missing
+    now = sum(counts.values())
+    # the interval of a suite far larger than this one closes in on these limits
+    total = sum(values) if values else 0.0
+    lim_low = total / now
+    lim_high = (total + (missing if bound else 0)) / now
+    target, _ = rule.decide(lim_low, lim_high, threshold)
+    what = f"observed {kind}" + (" with missing cases at worst" if bound else "")
+    if target == INSUFFICIENT:
+        return (
+            f"no sample size would decide it: the {what} ({fmt_fraction(lim_low, kind)}) "
+            f"is itself at the threshold ({fmt_fraction(threshold, kind)})"
+        )
+
+    def outcome(n: int) -> str:
+        c = scaled(counts, n)
+        vals = [float(v) for v, k in c.items() if v != "missing" for _ in range(k)]  # type: ignore[arg-type]
+        if bound:
+            worst = missing_at_worst(vals, c["missing"], kind, confidence=confidence, seed=seed)
+            low, high = worst["low"], worst["high"]
+        else:
+            from . import stats
+
+            iv = (stats.rate_interval if kind == "rate" else stats.mean_interval)(vals, confidence, seed=seed)
+            low, high = iv.low, iv.high
+        return rule.decide(low, high, threshold)[0]
+
+    needed = smallest_deciding(now, lambda n: outcome(n) == target)
+    if target == PASS:
+        return suite_line(needed, now)
+    side = "below" if rule.test == "minimum" else "above"
+    value = lim_high if rule.test == "minimum" else lim_low
+    head = (
+        f"no sample size would make this PASS: the {what} ({fmt_fraction(value, kind)}) is itself {side} "
+        f"the threshold ({fmt_fraction(threshold, kind)})"
+    )
+    return f"{head}; {suite_line(needed, now, verb='FAIL it')}"
+
+
+def plan_comparison(
+    d: Decision,
+    pairs: Sequence[tuple[str, float, float]],
+    missing: int,
+    binary: bool,
+    missing_policy: str,
+    confidence: float,
+    seed: int,
+    reason: str,
+) -> str:
+    """One line for an undecided comparison decision: how many pairs would decide it (see the module's docstring)."""
+    from .compare import fmt_margin, paired_interval
+
+    if reason != INTERVAL_OVERLAPS_MARGIN:
+        return f"not a question of sample size ({reason})"
+    rule = d.rule
+    margin = float(d.margin or 0.0)
+    conf = rule.interval_confidence(confidence)
+    counts: Counter[Hashable] = Counter((b, c) for _, b, c in pairs)
+    bound = missing_policy == "bound" and missing > 0
+    if bound:
+        counts["missing"] = missing
+    now = sum(counts.values())
+    total = sum(c - b for _, b, c in pairs)
+    lim_low = 100.0 * (total - (missing if bound else 0)) / now
+    lim_high = 100.0 * (total + (missing if bound else 0)) / now
+    target, _ = rule.decide(lim_low, lim_high, margin)
+    if target == INSUFFICIENT:
+        return (
+            f"no sample size would decide it: the observed difference ({lim_low:+.1f} points) sits on the margin "
+            f"({fmt_margin(margin)} points)"
+        )
+
+    def outcome(n: int) -> str:
+        c = scaled(counts, n)
+        ps = [("", float(k[0]), float(k[1])) for k, m in c.items() if k != "missing" for _ in range(m)]  # type: ignore[index]
+        if bound:
+            lo = paired_interval([*ps, *([("", 1.0, 0.0)] * c["missing"])], binary, conf, seed).low
+            hi = paired_interval([*ps, *([("", 0.0, 1.0)] * c["missing"])], binary, conf, seed).high
+        else:
+            iv = paired_interval(ps, binary, conf, seed)
+            lo, hi = iv.low, iv.high
+        return rule.decide(100.0 * lo, 100.0 * hi, margin)[0]
+
+    needed = smallest_deciding(now, lambda n: outcome(n) == target)
+    if target == PASS:
+        return suite_line(needed, now, unit="pairs")
+    return (
+        f"no sample size would make this PASS: the observed difference ({lim_high:+.1f} points) itself fails "
+        f"{d.test} at a {fmt_margin(margin)}-point margin; {suite_line(needed, now, unit='pairs', verb='FAIL it')}"
+    )
+
+
+__all__ = [
+    "SCHEMA",
+    "DecisionError",
+    "decide_rows",
+    "decide_run",
+    "gate_of",
+    "markdown",
+    "plan_comparison",
+    "plan_run",
+    "render",
+    "scaled",
+    "smallest_deciding",
+]
