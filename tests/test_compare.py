@@ -126,7 +126,9 @@ def test_pairing_counts_paired_missing_excluded(store: Store) -> None:
     iv = stats.paired_rate_interval(1, 0, 2)
     lo, hi = stats.round_outward(iv.low * 100, iv.high * 100, 1)
     # the 3 missing pairs at worst: all regressed for the lower bound (b=1, c=3, n=5), all improved for the upper
-    wlo, whi = stats.round_outward(stats.tango_interval(1, 3, 5).low * 100, stats.tango_interval(4, 0, 5).high * 100, 1)
+    wlo, whi = stats.round_outward(
+        stats.paired_rate_interval(1, 3, 5).low * 100, stats.paired_rate_interval(4, 0, 5).high * 100, 1
+    )
     assert (
         f"ok: +50.0 points [{lo:+.1f}, {hi:+.1f}] · 2 paired · 3 missing · "
         f"with missing at worst: [{wlo:+.1f}, {whi:+.1f}] · 1 excluded"
