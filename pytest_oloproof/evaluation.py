@@ -357,8 +357,12 @@ def _judge(
             value = ev.evaluate(x)
         if not isinstance(value, CriterionValue):
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
-        if value.value is not None and not math.isfinite(value.value):
-            raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
+        if (value.status == "observed" or value.value is not None) and not _in_unit_interval(value.value):
+            # what the store's readers accept (records.StoredCriterion): a run never writes a record it cannot read
+            raise ValueError(
+                f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number in [0, 1] "
+                "(and an observed criterion needs one)"
+            )
     except KeyboardInterrupt:
         raise
     except usage.BudgetExhausted as exc:  # an evaluator of the user's that asked for a judge call
@@ -376,6 +380,10 @@ def _judge(
             stored["usage"] = got  # kept with the verdict: a later hit counts it as saved
         caches.put("judgment", key, stored, bypass=bypass)
     return value, False
+
+
+def _in_unit_interval(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0
 
 
 def _log_spent(
