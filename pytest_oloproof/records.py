@@ -10,11 +10,12 @@ Readers get the validated mapping back unchanged (the models are a check, not a 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from .cases import json_type_name
 
@@ -44,9 +45,20 @@ class StoredDropped(_Stored):
 
 
 class StoredCriterion(_Stored):
+    """One criterion of one case: an observed one has a value, a number in [0, 1] (what every reader assumes)."""
+
     status: Literal["observed", "missing", "excluded"]
     value: bool | float | None = None
     reason: str | None = None
+
+    @model_validator(mode="after")
+    def _value_fits_status(self) -> StoredCriterion:
+        if self.status == "observed":
+            if self.value is None:
+                raise ValueError("an observed criterion has no value (it should be a number in [0, 1])")
+            if not (math.isfinite(self.value) and 0.0 <= self.value <= 1.0):
+                raise ValueError(f"value should be a number in [0, 1] (got {self.value!r})")
+        return self
 
 
 class StoredError(_Stored):
@@ -134,6 +146,17 @@ class StoredCounts(_Stored):
     internal_errors: int | None = None
 
 
+class StoredSliceRow(_Stored):
+    """One computed slice row of a finished run.json (the start header lists slice names instead)."""
+
+    slice: str
+    value: Scalar | None
+    criterion: str
+    support: int
+    kind: str | None = None
+    insufficient_support: bool | None = None
+
+
 class StoredRun(_Stored):
     """run.json: the header written when a run starts, completed with its summary when it ends."""
 
@@ -171,6 +194,9 @@ def problems(exc: ValidationError, prefix: str = "") -> str:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         got = _preview(err.get("input"))
         what = re.sub(r" or instance of \w+", "", err["msg"]).replace("Input should be", "should be")
+        if err["type"] == "value_error":  # a model's own rule: its message says what is wrong
+            out.append(f"{path}: {what.removeprefix('Value error, ')}")
+            continue
         if not path:
             out.append(f"expected a JSON object, got {json_type_name(err.get('input'))}")
             continue
@@ -183,21 +209,51 @@ def problems(exc: ValidationError, prefix: str = "") -> str:
 
 
 def check_case(value: Any, prefix: str = "") -> str | None:
-    """None if `value` is a well-formed stored case, else what is wrong with it."""
+    """None if `value` is a well-formed stored case, else what is wrong with it (naming the case when it has an id)."""
     try:
         StoredCase.model_validate(value)
     except ValidationError as exc:
-        return problems(exc, prefix)
+        case_id = value.get("id") if isinstance(value, Mapping) else None
+        found = problems(exc, prefix)
+        if not isinstance(case_id, str):
+            return found
+        return f'{found} (case "{case_id}")' if prefix else f'case "{case_id}": {found}'
     return None
 
 
 def check_run(value: Any, prefix: str = "") -> str | None:
-    """None if `value` is a well-formed run.json (or run report head), else what is wrong with it."""
+    """None if `value` is a well-formed run.json (or run report head), else what is wrong with it.
+
+    A finished record (status complete, or `finished_at` written) must hold the summary every
+    finished run writes: `counts` (with `cases`: without it a lost case line cannot be told from
+    a smaller run), `metrics`, `cache` and computed `slices`. Only a start header (an incomplete
+    run without `finished_at`) goes without them; the store computes its summary from its cases.
+    """
     try:
         StoredRun.model_validate(value)
     except ValidationError as exc:
         return problems(exc, prefix)
+    if is_start_header(value):
+        return None
+    why = f"a {value['status']} run.json records it, and a reader cannot tell lost cases without it"
+    for key in ("counts", "metrics", "cache"):
+        if value.get(key) is None:
+            return f"{prefix}{key}: {'missing' if key not in value else 'null'} ({why})"
+    if value["counts"].get("cases") is None:
+        return f"{prefix}counts.cases: missing ({why})"
+    try:
+        _SLICE_ROWS.validate_python(value.get("slices") or [])
+    except ValidationError as exc:
+        return problems(exc, f"{prefix}slices")
     return None
+
+
+def is_start_header(run: Mapping[str, Any]) -> bool:
+    """Whether a run.json holds only the header written when its run started (killed, or still going)."""
+    return run.get("status") == "incomplete" and "finished_at" not in run
+
+
+_SLICE_ROWS = TypeAdapter(list[StoredSliceRow])
 
 
 def is_execution_entry(value: Any, *, rag: bool) -> bool:
@@ -252,3 +308,249 @@ def _preview(value: Any, limit: int = 40) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------ stored diagnoses and comparisons
+# What `oloproof inspect` (text and --json) and `oloproof report` read of a stored document, typed,
+# so a foreign or edited document is an error naming its file and field, never a crash in a renderer.
+
+
+class StoredIntervention(_Stored):
+    name: Literal["gold-context", "top-k", "reranker"]
+    settings: dict[str, Any] | None = None
+
+
+class StoredDiagnosisEntry(_Stored):
+    """One diagnosed case: its label and its criterion's value in the original run and each child run."""
+
+    id: str
+    label: str
+    reason: str
+    strength: str
+    best_relevant_position: int | str | None = None
+    original: StoredCriterion
+    control: StoredCriterion
+    intervention: StoredCriterion
+
+
+class StoredReplayEntry(StoredDiagnosisEntry):
+    replay: StoredCriterion
+    replay_control: StoredCriterion
+    unstable: bool
+
+
+class StoredMissingGroup(_Stored):
+    count: int
+    of: int
+    reasons: dict[str, int]
+    example: str | None = None
+    cases: list[str]
+
+
+class StoredGoldTally(_Stored):
+    diagnosed: int
+    recovered: int
+    labels: dict[str, int]
+
+
+class StoredGoldCounts(StoredGoldTally):
+    selected: int
+    undiagnosable: int
+    control_passed: int
+    unstable: int
+    not_diagnosed: int
+
+
+class StoredReplayCounts(_Stored):
+    selected: int
+    undiagnosable: int
+    control_passed: int
+    unstable: int
+    not_diagnosed: int
+    diagnosed: int
+    recovered: int
+    confirm_labels: list[str]
+    confirmable: int
+    confirmed: int
+    replay_not_counted: int = 0
+    gold: StoredGoldTally
+
+
+class StoredImplicated(_Stored):
+    factor: str
+    label: str
+    count: int
+    of: int
+    basis: str
+
+
+class StoredExperiment(_Stored):
+    factor: str
+    experiment: str
+
+
+class StoredGoldChildren(_Stored):
+    gold_context: str | None
+    control: str | None
+
+
+class StoredReplayChildren(StoredGoldChildren):
+    replay: str | None
+    replay_control: str | None
+
+
+class _StoredDiagnosis(_Stored):
+    schema_: Literal["oloproof.diagnosis/1"] = Field(alias="schema")
+    run_id: str
+    criterion: str
+    intervention: StoredIntervention
+    selected: list[str]
+    undiagnosable: list[str]
+    missing: dict[str, StoredMissingGroup] = {}
+    system: dict[str, Any] | None = None
+
+
+class StoredGoldDiagnosis(_StoredDiagnosis):
+    """An `oloproof.diagnosis/1` document of a gold-context diagnosis."""
+
+    counts: StoredGoldCounts
+    cases: list[StoredDiagnosisEntry]
+    implicated: list[StoredImplicated]
+    candidate_experiments: list[StoredExperiment]
+    child_runs: StoredGoldChildren
+
+
+class StoredReplayDiagnosis(_StoredDiagnosis):
+    """An `oloproof.diagnosis/1` document of a top-k or reranker replay."""
+
+    counts: StoredReplayCounts
+    cases: list[StoredReplayEntry]
+    gold_context_diagnosis: str
+    child_runs: StoredReplayChildren
+
+
+class StoredPrinted(_Stored):
+    estimate: str | None
+    low: str
+    high: str
+
+
+class StoredDifference(_Stored):
+    """One criterion of a comparison; a difference with pairs has its printed interval."""
+
+    paired: int
+    missing: int
+    excluded: int
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    printed: StoredPrinted | None = None
+    missing_reasons: dict[str, int] = {}
+    excluded_reasons: dict[str, int] = {}
+    missing_cases: list[str] = []
+    regressed: list[str] | None = None
+    improved: list[str] | None = None
+    changed: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _printed_when_paired(self) -> StoredDifference:
+        if self.paired and self.printed is None:
+            raise ValueError(f"{self.paired} pairs but no printed interval (key printed)")
+        return self
+
+
+class StoredSliceDifference(_Stored):
+    slice: str
+    value: Scalar | None
+    criterion: str
+    paired: int
+    insufficient_support: bool = False
+    printed: StoredPrinted | None = None
+
+    @model_validator(mode="after")
+    def _printed_when_supported(self) -> StoredSliceDifference:
+        if not self.insufficient_support and self.printed is None:
+            raise ValueError("a row with enough support but no printed interval (key printed)")
+        return self
+
+
+class StoredDecision(_Stored):
+    name: str
+    criterion: str
+    test: str
+    margin: float
+    outcome: str
+    reason: str
+
+
+class StoredRunSummary(_Stored):
+    run_id: str
+    status: str | None = None
+    cases: int | None = None
+    system: dict[str, Any] | None = None
+    source: str | None = None
+
+
+class StoredCaseSets(_Stored):
+    only_in_candidate: list[str] = []
+    only_in_baseline: list[str] = []
+    changed: dict[str, list[str]] = {}
+
+
+class StoredCostTotals(_Stored):
+    cost: float | None = None
+    tokens: float | None = None
+
+
+class StoredCost(_Stored):
+    paired: int = 0
+    candidate: StoredCostTotals | None = None
+    baseline: StoredCostTotals | None = None
+    difference: StoredCostTotals | None = None
+    difference_per_case: StoredCostTotals | None = None
+
+    @model_validator(mode="after")
+    def _totals_when_paired(self) -> StoredCost:
+        parts = (self.candidate, self.baseline, self.difference, self.difference_per_case)
+        if self.paired and any(part is None for part in parts):
+            raise ValueError("paired cases but not every total (candidate, baseline, difference, difference_per_case)")
+        return self
+
+
+class StoredComparison(_Stored):
+    """An `oloproof.comparison/1` document."""
+
+    schema_: Literal["oloproof.comparison/1"] = Field(alias="schema")
+    candidate: StoredRunSummary
+    baseline: StoredRunSummary
+    paired_cases: int
+    case_sets: StoredCaseSets | None = None
+    warnings: list[str] = []
+    criteria: dict[str, StoredDifference]
+    sample_size_notes: list[str] = []
+    slices: list[StoredSliceDifference] = []
+    min_slice_support: int | None = None
+    policy: dict[str, Any] | None = None
+    decisions: list[StoredDecision] = []
+    gate: Literal["PASS", "BLOCK"] | None = None
+    gate_reason: str | None = None
+    exit_code: int
+    cost: StoredCost | None = None
+
+
+def check_doc(kind: str, value: Any) -> str | None:
+    """None if `value` is a well-formed stored diagnosis or comparison, else what is wrong with it."""
+    model: type[_Stored]
+    if kind == "comparison":
+        model = StoredComparison
+    elif kind == "diagnosis":
+        intervention = value.get("intervention") if isinstance(value, Mapping) else None
+        name = intervention.get("name") if isinstance(intervention, Mapping) else None
+        model = StoredReplayDiagnosis if name in ("top-k", "reranker") else StoredGoldDiagnosis
+    else:
+        return None
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        return problems(exc)
+    return None

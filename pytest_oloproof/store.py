@@ -186,6 +186,11 @@ class Store:
         from .records import check_run
 
         problem = check_run(header)
+        if problem is None and header["run_id"] != run_id:
+            problem = (
+                f"run_id: {header['run_id']!r} is not the run its folder names ({run_id}); "
+                "a copied or renamed run folder is not read as either run"
+            )
         if problem is not None:
             raise RecordError(path, _line_of_key(text, problem), problem, run_id=run_id)
         return header  # type: ignore[no-any-return]
@@ -212,6 +217,7 @@ class Store:
         with path.open(encoding="utf-8", errors="surrogateescape") as f:
             pending: tuple[int, str, str] | None = None  # a bad line, forgiven only if it is a torn last one
             read = 0
+            seen: dict[str, int] = {}  # case id -> the line it is on
             for number, line in enumerate(f, start=1):
                 if pending is not None:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
@@ -229,6 +235,11 @@ class Store:
                         yield rec
                     continue
                 problem = check(rec)
+                if problem is None:
+                    first = seen.setdefault(rec["id"], number)
+                    if first != number:
+                        problem = f'case id "{rec["id"]}" is recorded twice, on lines {first} and {number}'
+                        raise RecordError(path, number, f"{problem} (a run records each case once)", run_id=run_id)
                 if problem is not None:
                     pending = (number, line, problem)
                     continue
@@ -265,7 +276,15 @@ class Store:
         _kind, full = self.resolve(ref, kinds=("run",))
         record = self.run_header(full)
         record["cases"] = list(self.iter_cases(full))
+        from .records import is_start_header
+
+        if is_start_header(record):
+            record.update(_partial_summary(self.run_dir(full) / "run.json", record, record["cases"]))
         return record
+
+    def count_cases(self, run_id: str) -> int:
+        """How many case records cases.jsonl holds so far (for a listing; a torn last line is not counted)."""
+        return sum(1 for _ in self.iter_cases(run_id, strict=False))
 
     def save_doc(self, kind: str, doc: Mapping[str, Any]) -> str:
         """Store a diagnosis or comparison content-addressed; returns `sha256:<hex>`."""
@@ -280,9 +299,14 @@ class Store:
         path = self.root / KIND_DIRS[kind] / f"{digest}.json"
         try:
             doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            return doc
         except (OSError, ValueError) as exc:
             raise StoreError(f"{kind} {doc_id}: cannot read {path}: {exc}") from exc
+        from .records import check_doc
+
+        problem = check_doc(kind, doc)
+        if problem is not None:
+            raise RecordError(path, None, problem)
+        return doc
 
     def iter_docs(self, kind: str) -> Iterator[dict[str, Any]]:
         """Every stored document of a kind (unreadable ones skipped)."""
@@ -322,7 +346,8 @@ class Store:
 def load_run_file(path: Path) -> dict[str, Any]:
     """A run record exported as JSON (e.g. a baseline committed to the repository), validated whole."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
     except (OSError, ValueError) as exc:
         raise StoreError(f"{path}: not a readable run record: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
@@ -332,13 +357,80 @@ def load_run_file(path: Path) -> dict[str, Any]:
     problem = check_run(data)
     if problem is None and not isinstance(data.get("cases", []), list):
         problem = "cases: should be a list of case records"
+    seen: dict[str, int] = {}  # case id -> its index in `cases`
     for i, case in enumerate(data.get("cases") or []):
         if problem is not None:
             break
         problem = check_case(case, prefix=f"cases[{i}]")
+        if problem is None:
+            first = seen.setdefault(case["id"], i)
+            if first != i:
+                lines = _lines_of_cases(text)
+                at = (f" (lines {lines[first]} and {lines[i]})") if len(lines) > i else ""
+                problem = (
+                    f'case id "{case["id"]}" is recorded twice, at cases[{first}] and cases[{i}]{at} '
+                    "(a run records each case once)"
+                )
     if problem is not None:
         raise RecordError(path, None, problem)
     return data
+
+
+def _lines_of_cases(text: str) -> list[int]:
+    """The line each item of a JSON object's top-level `cases` list starts on ([] when there is none)."""
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"[ \t\n\r]*")
+
+    def skip(i: int) -> int:
+        match = ws.match(text, i)
+        return match.end() if match else i
+
+    i = skip(0)
+    if text[i : i + 1] != "{":
+        return []
+    i = skip(i + 1)
+    while i < len(text) and text[i] == '"':
+        key, i = decoder.raw_decode(text, i)
+        i = skip(skip(i) + 1)  # past the colon
+        if key != "cases" or text[i : i + 1] != "[":
+            _, i = decoder.raw_decode(text, i)
+            i = skip(i)
+            i = skip(i + 1) if text[i : i + 1] == "," else i
+            continue
+        starts = []
+        i = skip(i + 1)
+        while i < len(text) and text[i] != "]":
+            starts.append(text.count("\n", 0, i) + 1)
+            _, i = decoder.raw_decode(text, i)
+            i = skip(i)
+            i = skip(i + 1) if text[i : i + 1] == "," else i
+        return starts
+    return []
+
+
+def _partial_summary(path: Path, header: Mapping[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of a run whose run.json holds only its start header, computed from the cases it recorded.
+
+    The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
+    with a note saying where it comes from: the run reads as incomplete, never as empty or complete.
+    """
+    from . import usage
+    from .aggregate import summarize_run, summary_settings
+    from .runner import slim_case
+
+    for i, e in enumerate(header.get("evaluators") or []):
+        if not isinstance(e.get("kind"), str):
+            raise RecordError(path, None, f"evaluators[{i}].kind: missing (the cases cannot be summarised without it)")
+    slim = [slim_case(c) for c in cases]
+    out = summarize_run(slim, summary_settings(header))
+    spent = usage.summarize(slim, header.get("pricing"))
+    if spent is not None:
+        out["usage"] = spent
+    out["note"] = (
+        f"run.json holds only the header written when the run started (the run was stopped before it "
+        f"finished, or is still going): this summary is computed from the {len(cases)} case(s) in cases.jsonl"
+    )
+    return out
 
 
 def _line_of_key(text: str, problem: str) -> int | None:
@@ -354,4 +446,15 @@ class RecordError(StoreError):
     def __init__(self, path: Path, line: int | None, problem: str, *, run_id: str | None = None) -> None:
         self.path, self.line, self.problem, self.run_id = path, line, problem, run_id
         where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {problem} (the stored record is damaged; it is not read in part)")
+        super().__init__(f"{where}: {problem} (the record is not read in part: {_fix_for(path)})")
+
+
+def _fix_for(path: Path) -> str:
+    """How to get a readable record again, by what kind of file it is."""
+    if path.parent.name == KIND_DIRS["diagnosis"]:
+        return "remove the file and run `oloproof diagnose` again"
+    if path.parent.name == KIND_DIRS["comparison"]:
+        return "remove the file and run `oloproof compare` again"
+    if path.name in ("run.json", "cases.jsonl"):
+        return "restore the run folder from a copy, or record the run again with `oloproof run`"
+    return "write the run record again with `--oloproof-report PATH`"
