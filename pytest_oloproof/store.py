@@ -195,19 +195,23 @@ class Store:
             raise RecordError(path, _line_of_key(text, problem), problem, run_id=run_id)
         return header  # type: ignore[no-any-return]
 
-    def iter_cases(self, run_id: str, *, strict: bool = True) -> Iterator[dict[str, Any]]:
+    def iter_cases(
+        self, run_id: str, *, strict: bool = True, header: Mapping[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
         """The case records of a run, in the order they were recorded.
 
         Each line is checked (RecordError naming file, line and what is wrong), except
         a torn last line of a run that did not complete (a process killed mid-write
         leaves one, without its newline). `strict=False` is for the run's own writer,
         re-reading what it has just written, and for best-effort readers: lines that
-        are not JSON objects are skipped there, and the rest is not checked.
+        are not JSON objects are skipped there, and the rest is not checked. `header` is the
+        run.json the caller has read: the lines are judged against that one record, not against a
+        run.json that a run still going may have rewritten since.
         """
         path = self.run_dir(run_id) / "cases.jsonl"
         if not path.is_file():
             if strict:
-                self._check_count(run_id, path, 0)
+                self._check_count(run_id, path, 0, header)
             return
         check = None
         if strict:
@@ -235,34 +239,36 @@ class Store:
                         yield rec
                     continue
                 problem = check(rec)
-                if problem is None:
-                    first = seen.setdefault(rec["id"], number)
-                    if first != number:
-                        problem = f'case id "{rec["id"]}" is recorded twice, on lines {first} and {number}'
-                        raise RecordError(path, number, f"{problem} (a run records each case once)", run_id=run_id)
+                first = seen.setdefault(rec["id"], number) if problem is None else number
+                if first != number:  # never collapsed into one case (a regression that does not exist)
+                    twice = f'case id "{rec["id"]}" is recorded twice, on lines {first} and {number}'
+                    raise RecordError(path, number, f"{twice} (a run records each case once)", run_id=run_id)
                 if problem is not None:
                     pending = (number, line, problem)
                     continue
                 read += 1
                 yield rec
             if pending is not None:
-                torn = not pending[1].endswith("\n") and self._status(run_id) != "complete"
+                torn = not pending[1].endswith("\n") and self._status(run_id, header) != "complete"
                 if not torn:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
             if check is not None:
-                self._check_count(run_id, path, read)
+                self._check_count(run_id, path, read, header)
 
-    def _check_count(self, run_id: str, path: Path, read: int) -> None:
+    def _check_count(self, run_id: str, path: Path, read: int, header: Mapping[str, Any] | None) -> None:
         """A complete run's cases.jsonl holds every case run.json counts: a lost line is damage, not fewer cases."""
-        try:
-            header = self.run_header(run_id)
-        except StoreError:
-            return  # its own error is raised where run.json is read
+        if header is None:
+            try:
+                header = self.run_header(run_id)
+            except StoreError:
+                return  # its own error is raised where run.json is read
         counted = (header.get("counts") or {}).get("cases") if header.get("status") == "complete" else None
         if isinstance(counted, int) and counted != read:
             raise RecordError(path, None, f"holds {read} case records, but run.json counts {counted}", run_id=run_id)
 
-    def _status(self, run_id: str) -> str | None:
+    def _status(self, run_id: str, header: Mapping[str, Any] | None) -> str | None:
+        if header is not None:
+            return str(header.get("status"))
         try:
             return str(self.run_header(run_id).get("status"))
         except StoreError:
@@ -275,7 +281,7 @@ class Store:
             return load_run_file(path)
         _kind, full = self.resolve(ref, kinds=("run",))
         record = self.run_header(full)
-        record["cases"] = list(self.iter_cases(full))
+        record["cases"] = list(self.iter_cases(full, header=record))
         from .records import is_start_header
 
         if is_start_header(record):

@@ -367,6 +367,9 @@ def test_a_run_killed_mid_way_reads_as_incomplete_with_the_cases_that_finished(t
         while not (root / "hanging").exists():  # the 4th case is being generated: 3 are recorded
             assert proc.poll() is None and time.monotonic() < deadline, "the run never reached the hanging case"
             time.sleep(0.05)
+        live = next(r for r in Store(root / ".oloproof").run_ids() if r != complete)
+        going = _oloproof(root, "inspect", live)  # while the run is still going
+        assert going.returncode == 0 and f"Run {live} (incomplete, 3 cases)" in going.stdout, going.stderr
     finally:
         proc.kill()  # SIGKILL: no finally block, no atexit, nothing written after this
         proc.wait(timeout=30)
