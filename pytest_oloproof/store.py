@@ -377,6 +377,9 @@ def load_run_file(path: Path) -> dict[str, Any]:
                     f'case id "{case["id"]}" is recorded twice, at cases[{first}] and cases[{i}]{at} '
                     "(a run records each case once)"
                 )
+    counted = (data.get("counts") or {}).get("cases") if data.get("status") == "complete" else None
+    if problem is None and counted is not None and counted != len(data.get("cases") or []):
+        problem = f"cases: holds {len(data.get('cases') or [])} case records, but counts.cases is {counted}"
     if problem is not None:
         raise RecordError(path, None, problem)
     return data

@@ -511,6 +511,10 @@ def test_a_baseline_file_with_a_case_id_twice_is_refused(
     path.write_text(json.dumps(record), encoding="utf-8")  # one line: the indexes still name them
     code, out, err = main(project, capsys, "compare", run_id, str(path))
     assert code == 2 and "recorded twice, at cases[1] and cases[4] (lines 1 and 1)" in err, err
+    del record["cases"][4]  # no duplicate, but one case fewer than the file counts
+    path.write_text(json.dumps(record), encoding="utf-8")
+    code, out, err = main(project, capsys, "compare", run_id, str(path))
+    assert code == 2 and f"{path}: cases: holds 8 case records, but counts.cases is 9" in err, err
 
 
 @pytest.mark.parametrize(
