@@ -171,8 +171,9 @@ class StoredRun(_Stored):
     slices: list[Any] = []
     cache: dict[str, Any] | None = None
     counts: StoredCounts | None = None
-    confidence: float | None = None
-    min_slice_support: int | None = None
+    confidence: float = 0.95  # readers fall back to these defaults when a key is absent, never on null
+    min_slice_support: int = 5
+    seed: int | None = None
 
 
 class StoredExecution(_Stored):
@@ -233,7 +234,11 @@ def check_run(value: Any, prefix: str = "") -> str | None:
         StoredRun.model_validate(value)
     except ValidationError as exc:
         return problems(exc, prefix)
-    if is_start_header(value):
+    if is_start_header(value):  # its summary is computed from its cases: what that computation reads
+        try:
+            StoredStartHeader.model_validate(value)
+        except ValidationError as exc:
+            return problems(exc, prefix)
         return None
     why = f"a {value['status']} run.json records it, and a reader cannot tell lost cases without it"
     for key in ("counts", "metrics", "cache"):
@@ -246,6 +251,17 @@ def check_run(value: Any, prefix: str = "") -> str | None:
     except ValidationError as exc:
         return problems(exc, f"{prefix}slices")
     return None
+
+
+class StoredStartEvaluator(StoredEvaluator):
+    kind: str
+
+
+class StoredStartHeader(_Stored):
+    """What the summary of a run.json that holds only its start header is computed from."""
+
+    evaluators: list[StoredStartEvaluator] = []
+    slices: list[str] = []
 
 
 def is_start_header(run: Mapping[str, Any]) -> bool:

@@ -285,7 +285,7 @@ class Store:
         from .records import is_start_header
 
         if is_start_header(record):
-            record.update(_partial_summary(self.run_dir(full) / "run.json", record, record["cases"]))
+            record.update(_partial_summary(record, record["cases"]))
         return record
 
     def count_cases(self, run_id: str) -> int:
@@ -417,7 +417,7 @@ def _lines_of_cases(text: str) -> list[int]:
     return []
 
 
-def _partial_summary(path: Path, header: Mapping[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
     """The summary of a run whose run.json holds only its start header, computed from the cases it recorded.
 
     The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
@@ -427,11 +427,9 @@ def _partial_summary(path: Path, header: Mapping[str, Any], cases: list[dict[str
     from .aggregate import summarize_run, summary_settings
     from .runner import slim_case
 
-    for i, e in enumerate(header.get("evaluators") or []):
-        if not isinstance(e.get("kind"), str):
-            raise RecordError(path, None, f"evaluators[{i}].kind: missing (the cases cannot be summarised without it)")
     slim = [slim_case(c) for c in cases]
-    out = summarize_run(slim, summary_settings(header))
+    settings = summary_settings({k: v for k, v in header.items() if v is not None})  # null: the default
+    out = summarize_run(slim, settings)
     spent = usage.summarize(slim, header.get("pricing"))
     if spent is not None:
         out["usage"] = spent

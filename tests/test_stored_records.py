@@ -631,3 +631,33 @@ def test_stored_diagnoses_and_comparisons_are_validated_on_read(
                 assert problem in json.loads(out)["error"]["message"]
         path.unlink()
     assert not (project.root / "doc.html").exists()
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"seed": None}, None),  # null: the default seed, as for a header without one
+        ({"confidence": None}, "confidence: should be a valid number (got null)"),
+        ({"evaluators": [{"criterion": "answer_correct", "type": "contains"}]}, "evaluators[0].kind: missing"),
+        ({"slices": [{"slice": "metadata.topic"}]}, "slices[0]: should be a valid string"),
+        ({"seed": "7"}, "seed: should be a valid integer"),
+    ],
+    ids=["null-seed", "null-confidence", "no-kind", "slice-rows", "seed-string"],
+)
+def test_a_start_header_is_checked_for_what_its_summary_is_computed_from(
+    project: Project, capsys: pytest.CaptureFixture[str], change: dict[str, Any], problem: str | None
+) -> None:
+    run_id = project.run()
+    path = project.store / "runs" / run_id / "run.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    header = {k: record[k] for k in HEADER_KEYS if k in record}
+    header = {**header, "slices": [], "status": "incomplete", **change}
+    path.write_text(json.dumps(header, indent=2), encoding="utf-8")
+    code, out, err = main(project, capsys, "inspect", run_id)
+    if problem is None:
+        assert code == 0 and f"Run {run_id} (incomplete, 9 cases)" in out, err
+        assert "95% interval" in out
+        return
+    assert code == 2 and f"{path}" in err and problem in err, out + err
+    code, out, err = main(project, capsys, "runs")
+    assert f"{run_id} unreadable: run.json: " in out and problem in out, out
