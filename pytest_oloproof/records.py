@@ -135,9 +135,91 @@ class StoredMetric(_Stored):
     missing: int
     excluded: int
     value: float | None = None
-    low: float | None = None
-    high: float | None = None
+    low: float  # an interval is always written, [0, 1] when nothing was observed
+    high: float
     passed: int | None = None
+    missing_reasons: dict[str, int] = {}
+    excluded_reasons: dict[str, int] = {}
+
+
+class StoredHitMiss(_Stored):
+    hit: int
+    miss: int
+
+
+class StoredCacheCounts(_Stored):
+    """run.json `cache`: hits and misses per cache, as the `Cache:` and `Stages:` lines print them."""
+
+    execution: StoredHitMiss
+    judgment: StoredHitMiss
+    retrieve: StoredHitMiss
+    generate: StoredHitMiss
+
+
+class StoredMissReason(_Stored):
+    reason: str
+    count: int
+    detail: str | None = None
+
+
+class StoredStageMisses(_Stored):
+    miss: int
+    reasons: list[StoredMissReason]
+
+
+class StoredCacheMisses(_Stored):
+    """run.json `cache_misses`: why the caches missed, per stage."""
+
+    note: str | None = None
+    previous_run: str | None = None
+    stages: dict[str, StoredStageMisses] | None = None
+    new_cases: int | None = None
+
+
+class StoredSource(_Stored):
+    calls: int
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_input_tokens: int | None = None
+    unknown_calls: int
+    cost: float | None = None
+    unpriced_models: list[str] | None = None
+
+
+class StoredSaved(_Stored):
+    judges: StoredSource
+    system: StoredSource
+    calls: int
+    tokens: int | None
+    cost: float | None
+
+
+class StoredUsage(_Stored):
+    """run.json `usage`: what the `Tokens:` line prints."""
+
+    judges: StoredSource
+    system: StoredSource
+    saved: StoredSaved
+    priced: bool = False
+
+
+class StoredBudget(_Stored):
+    """run.json `budget`: the limits, and the cases the budget guard stopped."""
+
+    max_cost: float | None = None
+    max_judge_calls: int | None = None
+    exhausted: bool = False  # a start header holds only the limits
+    cases_not_executed: list[str] = []
+    cases_not_judged: list[str] = []
+    criteria_missing: int = 0
+
+    @model_validator(mode="after")
+    def _cases_when_exhausted(self) -> StoredBudget:
+        keys = ("cases_not_executed", "cases_not_judged", "criteria_missing")
+        absent = [key for key in keys if key not in self.model_fields_set]
+        if self.exhausted and absent:
+            raise ValueError(f"exhausted, but no {', '.join(absent)}")
+        return self
 
 
 class StoredCounts(_Stored):
@@ -155,6 +237,20 @@ class StoredSliceRow(_Stored):
     support: int
     kind: str | None = None
     insufficient_support: bool | None = None
+    value_estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    passed: int | None = None
+
+    @model_validator(mode="after")
+    def _estimate_when_supported(self) -> StoredSliceRow:
+        if self.insufficient_support:
+            return self
+        wanted = ("kind", "value_estimate", "low", "high") + (("passed",) if self.kind == "rate" else ())
+        absent = [key for key in wanted if getattr(self, key) is None]
+        if absent:
+            raise ValueError(f"a row with enough support but no {', '.join(absent)}")
+        return self
 
 
 class StoredRun(_Stored):
@@ -165,11 +261,18 @@ class StoredRun(_Stored):
     status: Literal["complete", "incomplete"]
     purpose: str = "run"
     started_at: str | None = None
+    finished_at: str | None = None
+    config: dict[str, Any] | None = None
+    pricing: dict[str, Any] | None = None
+    case_set_digest: str | None = None
     system: StoredSystem
     evaluators: list[StoredEvaluator] = []
     metrics: dict[str, StoredMetric] = {}
     slices: list[Any] = []
-    cache: dict[str, Any] | None = None
+    cache: StoredCacheCounts | None = None
+    cache_misses: StoredCacheMisses | None = None
+    usage: StoredUsage | None = None
+    budget: StoredBudget | None = None
     counts: StoredCounts | None = None
     confidence: float = 0.95  # readers fall back to these defaults when a key is absent, never on null
     min_slice_support: int = 5

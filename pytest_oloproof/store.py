@@ -433,6 +433,9 @@ def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> 
     spent = usage.summarize(slim, header.get("pricing"))
     if spent is not None:
         out["usage"] = spent
+    budget = usage.budget_summary(slim, header.get("budget"))  # the header holds only the limits
+    if budget is not None:
+        out["budget"] = budget
     out["note"] = (
         f"run.json holds only the header written when the run started (the run was stopped before it "
         f"finished, or is still going): this summary is computed from the {len(cases)} case(s) in cases.jsonl"

@@ -637,12 +637,13 @@ def test_stored_diagnoses_and_comparisons_are_validated_on_read(
     ("change", "problem"),
     [
         ({"seed": None}, None),  # null: the default seed, as for a header without one
+        ({"budget": {"max_cost": 1.0, "max_judge_calls": 3}}, None),  # a header's budget holds only the limits
         ({"confidence": None}, "confidence: should be a valid number (got null)"),
         ({"evaluators": [{"criterion": "answer_correct", "type": "contains"}]}, "evaluators[0].kind: missing"),
         ({"slices": [{"slice": "metadata.topic"}]}, "slices[0]: should be a valid string"),
         ({"seed": "7"}, "seed: should be a valid integer"),
     ],
-    ids=["null-seed", "null-confidence", "no-kind", "slice-rows", "seed-string"],
+    ids=["null-seed", "budget-limits", "null-confidence", "no-kind", "slice-rows", "seed-string"],
 )
 def test_a_start_header_is_checked_for_what_its_summary_is_computed_from(
     project: Project, capsys: pytest.CaptureFixture[str], change: dict[str, Any], problem: str | None
@@ -661,3 +662,42 @@ def test_a_start_header_is_checked_for_what_its_summary_is_computed_from(
     assert code == 2 and f"{path}" in err and problem in err, out + err
     code, out, err = main(project, capsys, "runs")
     assert f"{run_id} unreadable: run.json: " in out and problem in out, out
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda r: r["metrics"]["answer_correct"].pop("low"), "metrics.answer_correct.low: missing required key"),
+        (lambda r: r.update(cache={}), "cache.execution: missing required key"),
+        (lambda r: r.update(cache={**r["cache"], "execution": "x"}), "cache.execution: should be a valid dict"),
+        (lambda r: r.update(usage="x"), "usage: should be a valid dictionary"),
+        (lambda r: r.update(cache_misses=[1]), "cache_misses: should be a valid dictionary"),
+        (
+            lambda r: r.update(cache_misses={"stages": {"retrieve": {"miss": 1, "reasons": [{}]}}}),
+            "cache_misses.stages.retrieve.reasons[0].reason: missing required key",
+        ),
+        (lambda r: r.update(budget={"exhausted": True}), "budget: exhausted, but no cases_not_executed"),
+        (lambda r: r["slices"][0].pop("low"), "slices[0]: a row with enough support but no low"),
+        (lambda r: r.update(config="x"), "config: should be a valid dictionary"),
+    ],
+    ids=["metric-low", "cache-empty", "cache-str", "usage", "misses-list", "miss-reason", "budget", "slice", "config"],
+)
+def test_a_run_summary_of_the_wrong_shape_is_an_error_not_a_crash(
+    project: Project, capsys: pytest.CaptureFixture[str], change: Any, problem: str
+) -> None:
+    """Every field of run.json that inspect, report and compare print is checked where run.json is read."""
+    with (project.root / "oloproof.yaml").open("a", encoding="utf-8") as f:
+        f.write("slices: [metadata.topic]\nmin_slice_support: 1\n")
+    run_id = project.run()
+    path = project.store / "runs" / run_id / "run.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    change(record)
+    path.write_text(json.dumps(record, indent=2), encoding="utf-8")
+    for args in (
+        ("inspect", run_id),
+        ("inspect", run_id, "--json"),
+        ("report", run_id, "--html", str(project.root / "r.html")),
+    ):
+        code, out, err = main(project, capsys, *args)
+        assert code == 2, (args, out, err)
+        assert f"{path}" in err and problem in err, (args, err)
