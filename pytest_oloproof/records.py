@@ -87,6 +87,54 @@ class StoredExpected(_Stored):
     gold_context: list[StoredGold] | None = None
 
 
+class StoredCall(_Stored):
+    """One paid call a stage or judge reported (usage.make_entry)."""
+
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+
+
+class StoredTotal(_Stored):
+    calls: int
+    tokens: int | None = None
+    cost: float | None = None
+
+
+class StoredTotals(_Stored):
+    spent: StoredTotal | None = None
+    saved: StoredTotal | None = None
+
+
+class StoredSavedCalls(_Stored):
+    judges: dict[str, list[StoredCall]] | None = None
+    stages: dict[str, list[StoredCall]] | None = None
+
+
+class StoredCaseUsage(StoredSavedCalls):
+    """A case's `usage`: the calls per judge and per stage, those the caches saved, and the totals."""
+
+    saved: StoredSavedCalls | None = None
+    totals: StoredTotals | None = None
+
+
+class StoredJudgmentCounts(_Stored):
+    hit: int = 0
+    miss: int = 0
+
+
+class StoredCaseCache(_Stored):
+    execution: str | None = None
+    retrieve: str | None = None
+    generate: str | None = None
+    judgment: StoredJudgmentCounts | None = None
+
+
+class StoredMetadata(_Stored):
+    cluster: str | int | float | bool | None = None  # a key the clustered intervals group by
+
+
 class StoredCase(_Stored):
     """One line of cases.jsonl (and one entry of a run report's `cases`)."""
 
@@ -100,9 +148,10 @@ class StoredCase(_Stored):
     error: StoredError | None = None
     input: Any = None
     expected: StoredExpected | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: StoredMetadata | None = None
     relevant_position: int | Literal["none"] | None = None
-    cache: dict[str, Any] | None = None
+    cache: StoredCaseCache | None = None
+    usage: StoredCaseUsage | None = None
     source: str | None = None
 
 

@@ -57,8 +57,22 @@ def rewrite_line(path: Path, number: int, text: str) -> None:
             '{"id": "miss", "criteria": {}, "retrieval": [{"position": "1", "doc_id": "d1"}]}',
             "retrieval[0].position: should be a valid integer",
         ),
+        ('{"id": "miss", "criteria": {}, "usage": {"totals": "x"}}', "usage.totals: should be a valid dictionary"),
+        ('{"id": "miss", "criteria": {}, "cache": {"judgment": "hit"}}', "cache.judgment: should be a valid dict"),
+        ('{"id": "miss", "criteria": {}, "metadata": {"cluster": [1]}}', "metadata.cluster"),
     ],
-    ids=["garbled", "list", "criteria-list", "bad-status", "id-number", "no-id", "position-string"],
+    ids=[
+        "garbled",
+        "list",
+        "criteria-list",
+        "bad-status",
+        "id-number",
+        "no-id",
+        "position-string",
+        "usage",
+        "cache",
+        "cluster",
+    ],
 )
 def test_a_damaged_case_line_fails_inspect_diagnose_and_compare_naming_file_and_line(
     project: Project, capsys: pytest.CaptureFixture[str], line: str, problem: str
