@@ -666,8 +666,8 @@ class StoredCaseSets(_Stored):
 
 
 class StoredCostTotals(_Stored):
-    cost: float | None = None
-    tokens: float | None = None
+    cost: float | None  # both keys always written, null when unknown
+    tokens: float | None
 
 
 class StoredCost(_Stored):

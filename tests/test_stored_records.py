@@ -627,6 +627,11 @@ def test_stored_diagnoses_and_comparisons_are_validated_on_read(
             {**gated, "criteria": {"answer_correct": {**gated["criteria"]["answer_correct"], "printed": None}}},
             "criteria.answer_correct: 9 pairs but no printed interval",
         ),
+        (
+            "comparison",
+            {**gated, "cost": {"paired": 2, **{k: {} for k in ("candidate", "baseline", "difference")}}},
+            "cost.candidate.cost: missing required key",
+        ),
     ]
     for n, (kind, doc, problem) in enumerate(edits):
         folder = project.store / ("diagnoses" if kind == "diagnosis" else "comparisons")
