@@ -1,4 +1,5 @@
-"""The stored schemas (SPEC §13), read strictly: run.json, cases.jsonl lines and execution cache entries.
+"""The stored schemas (SPEC §13), read strictly: run.json, cases.jsonl lines, stored diagnoses and
+comparisons, and execution cache entries.
 
 Every reader of the store goes through these models, so a garbled or
 wrong-shaped record is an error naming its file, line and field instead of a

@@ -372,7 +372,7 @@ def load_run_file(path: Path) -> dict[str, Any]:
             first = seen.setdefault(case["id"], i)
             if first != i:
                 lines = _lines_of_cases(text)
-                at = (f" (lines {lines[first]} and {lines[i]})") if len(lines) > i else ""
+                at = f" (lines {lines[first]} and {lines[i]})" if len(lines) > i else ""
                 problem = (
                     f'case id "{case["id"]}" is recorded twice, at cases[{first}] and cases[{i}]{at} '
                     "(a run records each case once)"
@@ -386,7 +386,17 @@ def load_run_file(path: Path) -> dict[str, Any]:
 
 
 def _lines_of_cases(text: str) -> list[int]:
-    """The line each item of a JSON object's top-level `cases` list starts on ([] when there is none)."""
+    """The line each item of a JSON object's top-level `cases` list starts on ([] when there is none).
+
+    json.loads keeps no positions; this walks the top level with raw_decode, only to name lines in an error.
+    """
+    try:
+        return _walk_cases(text)
+    except (ValueError, IndexError):
+        return []
+
+
+def _walk_cases(text: str) -> list[int]:
     decoder = json.JSONDecoder()
     ws = re.compile(r"[ \t\n\r]*")
 
