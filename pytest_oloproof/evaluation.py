@@ -357,8 +357,12 @@ def _judge(
             value = ev.evaluate(x)
         if not isinstance(value, CriterionValue):
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
-        if value.value is not None and not math.isfinite(value.value):
-            raise ValueError(f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number")
+        if (value.status == "observed" or value.value is not None) and not _in_unit_interval(value.value):
+            # what the store's readers accept (records.StoredCriterion): a run never writes a record it cannot read
+            raise ValueError(
+                f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number in [0, 1] "
+                "(and an observed criterion needs one)"
+            )
         unstorable = _unstorable(value)
         if unstorable:
             raise ValueError(f"{ev!r}.evaluate() returned text that cannot be stored: {unstorable}")
@@ -409,6 +413,10 @@ def _unstorable(value: CriterionValue) -> str | None:
                     )
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+def _in_unit_interval(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0
 
 
 def _log_spent(

@@ -1,4 +1,5 @@
-"""The stored schemas (SPEC §13), read strictly: run.json, cases.jsonl lines and execution cache entries.
+"""The stored schemas (SPEC §13), read strictly: run.json, cases.jsonl lines, stored diagnoses and
+comparisons, and execution cache entries.
 
 Every reader of the store goes through these models, so a garbled or
 wrong-shaped record is an error naming its file, line and field instead of a
@@ -10,11 +11,12 @@ Readers get the validated mapping back unchanged (the models are a check, not a 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from .cases import json_type_name
 
@@ -44,9 +46,20 @@ class StoredDropped(_Stored):
 
 
 class StoredCriterion(_Stored):
+    """One criterion of one case: an observed one has a value, a number in [0, 1] (what every reader assumes)."""
+
     status: Literal["observed", "missing", "excluded"]
     value: bool | float | None = None
     reason: str | None = None
+
+    @model_validator(mode="after")
+    def _value_fits_status(self) -> StoredCriterion:
+        if self.status == "observed":
+            if self.value is None:
+                raise ValueError("an observed criterion has no value (it should be a number in [0, 1])")
+            if not (math.isfinite(self.value) and 0.0 <= self.value <= 1.0):
+                raise ValueError(f"value should be a number in [0, 1] (got {self.value!r})")
+        return self
 
 
 class StoredError(_Stored):
@@ -75,6 +88,54 @@ class StoredExpected(_Stored):
     gold_context: list[StoredGold] | None = None
 
 
+class StoredCall(_Stored):
+    """One paid call a stage or judge reported (usage.make_entry)."""
+
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cached_input_tokens: int | None = None
+
+
+class StoredTotal(_Stored):
+    calls: int
+    tokens: int | None = None
+    cost: float | None = None
+
+
+class StoredTotals(_Stored):
+    spent: StoredTotal | None = None
+    saved: StoredTotal | None = None
+
+
+class StoredSavedCalls(_Stored):
+    judges: dict[str, list[StoredCall]] | None = None
+    stages: dict[str, list[StoredCall]] | None = None
+
+
+class StoredCaseUsage(StoredSavedCalls):
+    """A case's `usage`: the calls per judge and per stage, those the caches saved, and the totals."""
+
+    saved: StoredSavedCalls | None = None
+    totals: StoredTotals | None = None
+
+
+class StoredJudgmentCounts(_Stored):
+    hit: int = 0
+    miss: int = 0
+
+
+class StoredCaseCache(_Stored):
+    execution: str | None = None
+    retrieve: str | None = None
+    generate: str | None = None
+    judgment: StoredJudgmentCounts | None = None
+
+
+class StoredMetadata(_Stored):
+    cluster: str | int | float | bool | None = None  # a key the clustered intervals group by
+
+
 class StoredCase(_Stored):
     """One line of cases.jsonl (and one entry of a run report's `cases`)."""
 
@@ -88,9 +149,10 @@ class StoredCase(_Stored):
     error: StoredError | None = None
     input: Any = None
     expected: StoredExpected | None = None
-    metadata: dict[str, Any] | None = None
+    metadata: StoredMetadata | None = None
     relevant_position: int | Literal["none"] | None = None
-    cache: dict[str, Any] | None = None
+    cache: StoredCaseCache | None = None
+    usage: StoredCaseUsage | None = None
     source: str | None = None
 
 
@@ -123,15 +185,122 @@ class StoredMetric(_Stored):
     missing: int
     excluded: int
     value: float | None = None
-    low: float | None = None
-    high: float | None = None
+    low: float  # an interval is always written, [0, 1] when nothing was observed
+    high: float
     passed: int | None = None
+    missing_reasons: dict[str, int] = {}
+    excluded_reasons: dict[str, int] = {}
+
+
+class StoredHitMiss(_Stored):
+    hit: int
+    miss: int
+
+
+class StoredCacheCounts(_Stored):
+    """run.json `cache`: hits and misses per cache, as the `Cache:` and `Stages:` lines print them."""
+
+    execution: StoredHitMiss
+    judgment: StoredHitMiss
+    retrieve: StoredHitMiss
+    generate: StoredHitMiss
+
+
+class StoredMissReason(_Stored):
+    reason: str
+    count: int
+    detail: str | None = None
+
+
+class StoredStageMisses(_Stored):
+    miss: int
+    reasons: list[StoredMissReason]
+
+
+class StoredCacheMisses(_Stored):
+    """run.json `cache_misses`: why the caches missed, per stage."""
+
+    note: str | None = None
+    previous_run: str | None = None
+    stages: dict[str, StoredStageMisses] | None = None
+    new_cases: int | None = None
+
+
+class StoredSource(_Stored):
+    calls: int
+    input_tokens: int | None
+    output_tokens: int | None
+    cached_input_tokens: int | None = None
+    unknown_calls: int
+    cost: float | None = None
+    unpriced_models: list[str] | None = None
+
+
+class StoredSaved(_Stored):
+    judges: StoredSource
+    system: StoredSource
+    calls: int
+    tokens: int | None
+    cost: float | None
+
+
+class StoredUsage(_Stored):
+    """run.json `usage`: what the `Tokens:` line prints."""
+
+    judges: StoredSource
+    system: StoredSource
+    saved: StoredSaved
+    priced: bool = False
+
+
+class StoredBudget(_Stored):
+    """run.json `budget`: the limits, and the cases the budget guard stopped."""
+
+    max_cost: float | None = None
+    max_judge_calls: int | None = None
+    exhausted: bool = False  # a start header holds only the limits
+    cases_not_executed: list[str] = []
+    cases_not_judged: list[str] = []
+    criteria_missing: int = 0
+
+    @model_validator(mode="after")
+    def _cases_when_exhausted(self) -> StoredBudget:
+        keys = ("cases_not_executed", "cases_not_judged", "criteria_missing")
+        absent = [key for key in keys if key not in self.model_fields_set]
+        if self.exhausted and absent:
+            raise ValueError(f"exhausted, but no {', '.join(absent)}")
+        return self
 
 
 class StoredCounts(_Stored):
     cases: int | None = None
     errors: int | None = None
     internal_errors: int | None = None
+
+
+class StoredSliceRow(_Stored):
+    """One computed slice row of a finished run.json (the start header lists slice names instead)."""
+
+    slice: str
+    value: Scalar | None
+    criterion: str
+    support: int
+    kind: str | None = None
+    insufficient_support: bool | None = None
+    value_estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    passed: int | None = None
+
+    @model_validator(mode="after")
+    def _estimate_when_supported(self) -> StoredSliceRow:
+        if self.insufficient_support:
+            return self
+        wanted = ("kind", "value_estimate", "low", "high") + (("passed",) if self.kind == "rate" else ())
+        absent = [key for key in wanted if getattr(self, key) is None]
+        if absent:
+            raise ValueError(f"a row with enough support but no {', '.join(absent)}")
+        return self
 
 
 class StoredRun(_Stored):
@@ -142,14 +311,22 @@ class StoredRun(_Stored):
     status: Literal["complete", "incomplete"]
     purpose: str = "run"
     started_at: str | None = None
+    finished_at: str | None = None
+    config: dict[str, Any] | None = None
+    pricing: dict[str, Any] | None = None
+    case_set_digest: str | None = None
     system: StoredSystem
     evaluators: list[StoredEvaluator] = []
     metrics: dict[str, StoredMetric] = {}
     slices: list[Any] = []
-    cache: dict[str, Any] | None = None
+    cache: StoredCacheCounts | None = None
+    cache_misses: StoredCacheMisses | None = None
+    usage: StoredUsage | None = None
+    budget: StoredBudget | None = None
     counts: StoredCounts | None = None
-    confidence: float | None = None
-    min_slice_support: int | None = None
+    confidence: float = 0.95  # readers fall back to these defaults when a key is absent, never on null
+    min_slice_support: int = 5
+    seed: int | None = None
 
 
 class StoredExecution(_Stored):
@@ -171,6 +348,9 @@ def problems(exc: ValidationError, prefix: str = "") -> str:
             path += f"[{part}]" if isinstance(part, int) else (f".{part}" if path else str(part))
         got = _preview(err.get("input"))
         what = re.sub(r" or instance of \w+", "", err["msg"]).replace("Input should be", "should be")
+        if err["type"] == "value_error":  # a model's own rule: its message says what is wrong
+            out.append(f"{path}: {what.removeprefix('Value error, ')}")
+            continue
         if not path:
             out.append(f"expected a JSON object, got {json_type_name(err.get('input'))}")
             continue
@@ -183,21 +363,66 @@ def problems(exc: ValidationError, prefix: str = "") -> str:
 
 
 def check_case(value: Any, prefix: str = "") -> str | None:
-    """None if `value` is a well-formed stored case, else what is wrong with it."""
+    """None if `value` is a well-formed stored case, else what is wrong with it (naming the case when it has an id)."""
     try:
         StoredCase.model_validate(value)
     except ValidationError as exc:
-        return problems(exc, prefix)
+        case_id = value.get("id") if isinstance(value, Mapping) else None
+        found = problems(exc, prefix)
+        if not isinstance(case_id, str):
+            return found
+        return f'{found} (case "{case_id}")' if prefix else f'case "{case_id}": {found}'
     return None
 
 
 def check_run(value: Any, prefix: str = "") -> str | None:
-    """None if `value` is a well-formed run.json (or run report head), else what is wrong with it."""
+    """None if `value` is a well-formed run.json (or run report head), else what is wrong with it.
+
+    A finished record (status complete, or `finished_at` written) must hold the summary every
+    finished run writes: `counts` (with `cases`: without it a lost case line cannot be told from
+    a smaller run), `metrics`, `cache` and computed `slices`. Only a start header (an incomplete
+    run without `finished_at`) goes without them; the store computes its summary from its cases.
+    """
     try:
         StoredRun.model_validate(value)
     except ValidationError as exc:
         return problems(exc, prefix)
+    if is_start_header(value):  # its summary is computed from its cases: what that computation reads
+        try:
+            StoredStartHeader.model_validate(value)
+        except ValidationError as exc:
+            return problems(exc, prefix)
+        return None
+    why = f"a {value['status']} run.json records it, and a reader cannot tell lost cases without it"
+    for key in ("counts", "metrics", "cache"):
+        if value.get(key) is None:
+            return f"{prefix}{key}: {'missing' if key not in value else 'null'} ({why})"
+    if value["counts"].get("cases") is None:
+        return f"{prefix}counts.cases: missing ({why})"
+    try:
+        _SLICE_ROWS.validate_python(value.get("slices") or [])
+    except ValidationError as exc:
+        return problems(exc, f"{prefix}slices")
     return None
+
+
+class StoredStartEvaluator(StoredEvaluator):
+    kind: str
+
+
+class StoredStartHeader(_Stored):
+    """What the summary of a run.json that holds only its start header is computed from."""
+
+    evaluators: list[StoredStartEvaluator] = []
+    slices: list[str] = []
+
+
+def is_start_header(run: Mapping[str, Any]) -> bool:
+    """Whether a run.json holds only the header written when its run started (killed, or still going)."""
+    return run.get("status") == "incomplete" and "finished_at" not in run
+
+
+_SLICE_ROWS = TypeAdapter(list[StoredSliceRow])
 
 
 def is_execution_entry(value: Any, *, rag: bool) -> bool:
@@ -252,3 +477,249 @@ def _preview(value: Any, limit: int = 40) -> str:
     except (TypeError, ValueError):
         text = repr(value)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# ------------------------------------------------------------------ stored diagnoses and comparisons
+# What `oloproof inspect` (text and --json) and `oloproof report` read of a stored document, typed,
+# so a foreign or edited document is an error naming its file and field, never a crash in a renderer.
+
+
+class StoredIntervention(_Stored):
+    name: Literal["gold-context", "top-k", "reranker"]
+    settings: dict[str, Any] | None = None
+
+
+class StoredDiagnosisEntry(_Stored):
+    """One diagnosed case: its label and its criterion's value in the original run and each child run."""
+
+    id: str
+    label: str
+    reason: str
+    strength: str
+    best_relevant_position: int | str | None = None
+    original: StoredCriterion
+    control: StoredCriterion
+    intervention: StoredCriterion
+
+
+class StoredReplayEntry(StoredDiagnosisEntry):
+    replay: StoredCriterion
+    replay_control: StoredCriterion
+    unstable: bool
+
+
+class StoredMissingGroup(_Stored):
+    count: int
+    of: int
+    reasons: dict[str, int]
+    example: str | None = None
+    cases: list[str]
+
+
+class StoredGoldTally(_Stored):
+    diagnosed: int
+    recovered: int
+    labels: dict[str, int]
+
+
+class StoredGoldCounts(StoredGoldTally):
+    selected: int
+    undiagnosable: int
+    control_passed: int
+    unstable: int
+    not_diagnosed: int
+
+
+class StoredReplayCounts(_Stored):
+    selected: int
+    undiagnosable: int
+    control_passed: int
+    unstable: int
+    not_diagnosed: int
+    diagnosed: int
+    recovered: int
+    confirm_labels: list[str]
+    confirmable: int
+    confirmed: int
+    replay_not_counted: int = 0
+    gold: StoredGoldTally
+
+
+class StoredImplicated(_Stored):
+    factor: str
+    label: str
+    count: int
+    of: int
+    basis: str
+
+
+class StoredExperiment(_Stored):
+    factor: str
+    experiment: str
+
+
+class StoredGoldChildren(_Stored):
+    gold_context: str | None
+    control: str | None
+
+
+class StoredReplayChildren(StoredGoldChildren):
+    replay: str | None
+    replay_control: str | None
+
+
+class _StoredDiagnosis(_Stored):
+    schema_: Literal["oloproof.diagnosis/1"] = Field(alias="schema")
+    run_id: str
+    criterion: str
+    intervention: StoredIntervention
+    selected: list[str]
+    undiagnosable: list[str]
+    missing: dict[str, StoredMissingGroup] = {}
+    system: dict[str, Any] | None = None
+
+
+class StoredGoldDiagnosis(_StoredDiagnosis):
+    """An `oloproof.diagnosis/1` document of a gold-context diagnosis."""
+
+    counts: StoredGoldCounts
+    cases: list[StoredDiagnosisEntry]
+    implicated: list[StoredImplicated]
+    candidate_experiments: list[StoredExperiment]
+    child_runs: StoredGoldChildren
+
+
+class StoredReplayDiagnosis(_StoredDiagnosis):
+    """An `oloproof.diagnosis/1` document of a top-k or reranker replay."""
+
+    counts: StoredReplayCounts
+    cases: list[StoredReplayEntry]
+    gold_context_diagnosis: str
+    child_runs: StoredReplayChildren
+
+
+class StoredPrinted(_Stored):
+    estimate: str | None
+    low: str
+    high: str
+
+
+class StoredDifference(_Stored):
+    """One criterion of a comparison; a difference with pairs has its printed interval."""
+
+    paired: int
+    missing: int
+    excluded: int
+    estimate: float | None = None
+    low: float | None = None
+    high: float | None = None
+    printed: StoredPrinted | None = None
+    missing_reasons: dict[str, int] = {}
+    excluded_reasons: dict[str, int] = {}
+    missing_cases: list[str] = []
+    regressed: list[str] | None = None
+    improved: list[str] | None = None
+    changed: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _printed_when_paired(self) -> StoredDifference:
+        if self.paired and self.printed is None:
+            raise ValueError(f"{self.paired} pairs but no printed interval (key printed)")
+        return self
+
+
+class StoredSliceDifference(_Stored):
+    slice: str
+    value: Scalar | None
+    criterion: str
+    paired: int
+    insufficient_support: bool = False
+    printed: StoredPrinted | None = None
+
+    @model_validator(mode="after")
+    def _printed_when_supported(self) -> StoredSliceDifference:
+        if not self.insufficient_support and self.printed is None:
+            raise ValueError("a row with enough support but no printed interval (key printed)")
+        return self
+
+
+class StoredDecision(_Stored):
+    name: str
+    criterion: str
+    test: str
+    margin: float
+    outcome: str
+    reason: str
+
+
+class StoredRunSummary(_Stored):
+    run_id: str
+    status: str | None = None
+    cases: int | None = None
+    system: dict[str, Any] | None = None
+    source: str | None = None
+
+
+class StoredCaseSets(_Stored):
+    only_in_candidate: list[str] = []
+    only_in_baseline: list[str] = []
+    changed: dict[str, list[str]] = {}
+
+
+class StoredCostTotals(_Stored):
+    cost: float | None  # both keys always written, null when unknown
+    tokens: float | None
+
+
+class StoredCost(_Stored):
+    paired: int = 0
+    candidate: StoredCostTotals | None = None
+    baseline: StoredCostTotals | None = None
+    difference: StoredCostTotals | None = None
+    difference_per_case: StoredCostTotals | None = None
+
+    @model_validator(mode="after")
+    def _totals_when_paired(self) -> StoredCost:
+        parts = (self.candidate, self.baseline, self.difference, self.difference_per_case)
+        if self.paired and any(part is None for part in parts):
+            raise ValueError("paired cases but not every total (candidate, baseline, difference, difference_per_case)")
+        return self
+
+
+class StoredComparison(_Stored):
+    """An `oloproof.comparison/1` document."""
+
+    schema_: Literal["oloproof.comparison/1"] = Field(alias="schema")
+    candidate: StoredRunSummary
+    baseline: StoredRunSummary
+    paired_cases: int
+    case_sets: StoredCaseSets | None = None
+    warnings: list[str] = []
+    criteria: dict[str, StoredDifference]
+    sample_size_notes: list[str] = []
+    slices: list[StoredSliceDifference] = []
+    min_slice_support: int | None = None
+    policy: dict[str, Any] | None = None
+    decisions: list[StoredDecision] = []
+    gate: Literal["PASS", "BLOCK"] | None = None
+    gate_reason: str | None = None
+    exit_code: int
+    cost: StoredCost | None = None
+
+
+def check_doc(kind: str, value: Any) -> str | None:
+    """None if `value` is a well-formed stored diagnosis or comparison, else what is wrong with it."""
+    model: type[_Stored]
+    if kind == "comparison":
+        model = StoredComparison
+    elif kind == "diagnosis":
+        intervention = value.get("intervention") if isinstance(value, Mapping) else None
+        name = intervention.get("name") if isinstance(intervention, Mapping) else None
+        model = StoredReplayDiagnosis if name in ("top-k", "reranker") else StoredGoldDiagnosis
+    else:
+        return None
+    try:
+        model.model_validate(value)
+    except ValidationError as exc:
+        return problems(exc)
+    return None

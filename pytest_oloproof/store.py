@@ -349,23 +349,32 @@ class Store:
         from .records import check_run
 
         problem = check_run(header)
+        if problem is None and header["run_id"] != run_id:
+            problem = (
+                f"run_id: {header['run_id']!r} is not the run its folder names ({run_id}); "
+                "a copied or renamed run folder is not read as either run"
+            )
         if problem is not None:
             raise RecordError(path, _line_of_key(text, problem), problem, run_id=run_id)
         return header  # type: ignore[no-any-return]
 
-    def iter_cases(self, run_id: str, *, strict: bool = True) -> Iterator[dict[str, Any]]:
+    def iter_cases(
+        self, run_id: str, *, strict: bool = True, header: Mapping[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
         """The case records of a run, in the order they were recorded.
 
         Each line is checked (RecordError naming file, line and what is wrong), except
         a torn last line of a run that did not complete (a process killed mid-write
         leaves one, without its newline). `strict=False` is for the run's own writer,
         re-reading what it has just written, and for best-effort readers: lines that
-        are not JSON objects are skipped there, and the rest is not checked.
+        are not JSON objects are skipped there, and the rest is not checked. `header` is the
+        run.json the caller has read: the lines are judged against that one record, not against a
+        run.json that a run still going may have rewritten since.
         """
         path = self.run_dir(run_id) / "cases.jsonl"
         if not path.is_file():
             if strict:
-                self._check_count(run_id, path, 0)
+                self._check_count(run_id, path, 0, header)
             return
         check = None
         if strict:
@@ -375,6 +384,7 @@ class Store:
         with path.open(encoding="utf-8", errors="surrogateescape") as f:
             pending: tuple[int, str, str] | None = None  # a bad line, forgiven only if it is a torn last one
             read = 0
+            seen: dict[str, int] = {}  # case id -> the line it is on
             for number, line in enumerate(f, start=1):
                 if pending is not None:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
@@ -392,29 +402,36 @@ class Store:
                         yield rec
                     continue
                 problem = check(rec)
+                first = seen.setdefault(rec["id"], number) if problem is None else number
+                if first != number:  # never collapsed into one case (a regression that does not exist)
+                    twice = f'case id "{rec["id"]}" is recorded twice, on lines {first} and {number}'
+                    raise RecordError(path, number, f"{twice} (a run records each case once)", run_id=run_id)
                 if problem is not None:
                     pending = (number, line, problem)
                     continue
                 read += 1
                 yield rec
             if pending is not None:
-                torn = not pending[1].endswith("\n") and self._status(run_id) != "complete"
+                torn = not pending[1].endswith("\n") and self._status(run_id, header) != "complete"
                 if not torn:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
             if check is not None:
-                self._check_count(run_id, path, read)
+                self._check_count(run_id, path, read, header)
 
-    def _check_count(self, run_id: str, path: Path, read: int) -> None:
+    def _check_count(self, run_id: str, path: Path, read: int, header: Mapping[str, Any] | None) -> None:
         """A complete run's cases.jsonl holds every case run.json counts: a lost line is damage, not fewer cases."""
-        try:
-            header = self.run_header(run_id)
-        except StoreError:
-            return  # its own error is raised where run.json is read
+        if header is None:
+            try:
+                header = self.run_header(run_id)
+            except StoreError:
+                return  # its own error is raised where run.json is read
         counted = (header.get("counts") or {}).get("cases") if header.get("status") == "complete" else None
         if isinstance(counted, int) and counted != read:
             raise RecordError(path, None, f"holds {read} case records, but run.json counts {counted}", run_id=run_id)
 
-    def _status(self, run_id: str) -> str | None:
+    def _status(self, run_id: str, header: Mapping[str, Any] | None) -> str | None:
+        if header is not None:
+            return str(header.get("status"))
         try:
             return str(self.run_header(run_id).get("status"))
         except StoreError:
@@ -427,8 +444,16 @@ class Store:
             return load_run_file(path)
         _kind, full = self.resolve(ref, kinds=("run",))
         record = self.run_header(full)
-        record["cases"] = list(self.iter_cases(full))
+        record["cases"] = list(self.iter_cases(full, header=record))
+        from .records import is_start_header
+
+        if is_start_header(record):
+            record.update(_partial_summary(record, record["cases"]))
         return record
+
+    def count_cases(self, run_id: str) -> int:
+        """How many case records cases.jsonl holds so far (for a listing; a torn last line is not counted)."""
+        return sum(1 for _ in self.iter_cases(run_id, strict=False))
 
     def save_doc(self, kind: str, doc: Mapping[str, Any]) -> str:
         """Store a diagnosis or comparison content-addressed; returns `sha256:<hex>`."""
@@ -443,9 +468,14 @@ class Store:
         path = self.root / KIND_DIRS[kind] / f"{digest}.json"
         try:
             doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            return doc
         except (OSError, ValueError) as exc:
             raise StoreError(f"{kind} {doc_id}: cannot read {path}: {exc}") from exc
+        from .records import check_doc
+
+        problem = check_doc(kind, doc)
+        if problem is not None:
+            raise RecordError(path, None, problem)
+        return doc
 
     def iter_docs(self, kind: str) -> Iterator[dict[str, Any]]:
         """Every stored document of a kind (unreadable ones skipped)."""
@@ -514,7 +544,8 @@ class Store:
 def load_run_file(path: Path) -> dict[str, Any]:
     """A run record exported as JSON (e.g. a baseline committed to the repository), validated whole."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = json.loads(text)
     except (OSError, ValueError) as exc:
         raise StoreError(f"{path}: not a readable run record: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
@@ -524,13 +555,94 @@ def load_run_file(path: Path) -> dict[str, Any]:
     problem = check_run(data)
     if problem is None and not isinstance(data.get("cases", []), list):
         problem = "cases: should be a list of case records"
+    seen: dict[str, int] = {}  # case id -> its index in `cases`
     for i, case in enumerate(data.get("cases") or []):
         if problem is not None:
             break
         problem = check_case(case, prefix=f"cases[{i}]")
+        if problem is None:
+            first = seen.setdefault(case["id"], i)
+            if first != i:
+                lines = _lines_of_cases(text)
+                at = f" (lines {lines[first]} and {lines[i]})" if len(lines) > i else ""
+                problem = (
+                    f'case id "{case["id"]}" is recorded twice, at cases[{first}] and cases[{i}]{at} '
+                    "(a run records each case once)"
+                )
+    counted = (data.get("counts") or {}).get("cases") if data.get("status") == "complete" else None
+    if problem is None and counted is not None and counted != len(data.get("cases") or []):
+        problem = f"cases: holds {len(data.get('cases') or [])} case records, but counts.cases is {counted}"
     if problem is not None:
         raise RecordError(path, None, problem)
     return data
+
+
+def _lines_of_cases(text: str) -> list[int]:
+    """The line each item of a JSON object's top-level `cases` list starts on ([] when there is none).
+
+    json.loads keeps no positions; this walks the top level with raw_decode, only to name lines in an error.
+    """
+    try:
+        return _walk_cases(text)
+    except (ValueError, IndexError):
+        return []
+
+
+def _walk_cases(text: str) -> list[int]:
+    decoder = json.JSONDecoder()
+    ws = re.compile(r"[ \t\n\r]*")
+
+    def skip(i: int) -> int:
+        match = ws.match(text, i)
+        return match.end() if match else i
+
+    i = skip(0)
+    if text[i : i + 1] != "{":
+        return []
+    i = skip(i + 1)
+    while i < len(text) and text[i] == '"':
+        key, i = decoder.raw_decode(text, i)
+        i = skip(skip(i) + 1)  # past the colon
+        if key != "cases" or text[i : i + 1] != "[":
+            _, i = decoder.raw_decode(text, i)
+            i = skip(i)
+            i = skip(i + 1) if text[i : i + 1] == "," else i
+            continue
+        starts = []
+        i = skip(i + 1)
+        while i < len(text) and text[i] != "]":
+            starts.append(text.count("\n", 0, i) + 1)
+            _, i = decoder.raw_decode(text, i)
+            i = skip(i)
+            i = skip(i + 1) if text[i : i + 1] == "," else i
+        return starts
+    return []
+
+
+def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+    """The summary of a run whose run.json holds only its start header, computed from the cases it recorded.
+
+    The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
+    with a note saying where it comes from: the run reads as incomplete, never as empty or complete.
+    """
+    from . import usage
+    from .aggregate import summarize_run, summary_settings
+    from .runner import slim_case
+
+    slim = [slim_case(c) for c in cases]
+    settings = summary_settings({k: v for k, v in header.items() if v is not None})  # null: the default
+    out = summarize_run(slim, settings)
+    spent = usage.summarize(slim, header.get("pricing"))
+    if spent is not None:
+        out["usage"] = spent
+    budget = usage.budget_summary(slim, header.get("budget"))  # the header holds only the limits
+    if budget is not None:
+        out["budget"] = budget
+    out["note"] = (
+        f"run.json holds only the header written when the run started (the run was stopped before it "
+        f"finished, or is still going): this summary is computed from the {len(cases)} case(s) in cases.jsonl"
+    )
+    return out
 
 
 def _line_of_key(text: str, problem: str) -> int | None:
@@ -546,4 +658,15 @@ class RecordError(StoreError):
     def __init__(self, path: Path, line: int | None, problem: str, *, run_id: str | None = None) -> None:
         self.path, self.line, self.problem, self.run_id = path, line, problem, run_id
         where = f"{path}:{line}" if line is not None else str(path)
-        super().__init__(f"{where}: {problem} (the stored record is damaged; it is not read in part)")
+        super().__init__(f"{where}: {problem} (the record is not read in part: {_fix_for(path)})")
+
+
+def _fix_for(path: Path) -> str:
+    """How to get a readable record again, by what kind of file it is."""
+    if path.parent.name == KIND_DIRS["diagnosis"]:
+        return "remove the file and run `oloproof diagnose` again"
+    if path.parent.name == KIND_DIRS["comparison"]:
+        return "remove the file and run `oloproof compare` again"
+    if path.name in ("run.json", "cases.jsonl"):
+        return "restore the run folder from a copy, or record the run again with `oloproof run`"
+    return "write the run record again with `--oloproof-report PATH`"

@@ -444,18 +444,22 @@ def test_single_graded_value_gets_the_whole_unit_interval(pytester: pytest.Pytes
     assert "ndcg_at_3: interval degenerate (n < 2)" in section(result)
 
 
-def test_a_non_finite_criterion_value_is_missing_not_recorded(pytester: pytest.Pytester) -> None:
+@pytest.mark.parametrize(
+    "bad", ['CriterionValue.observed(float("nan"))', "CriterionValue.observed(7.5)", 'CriterionValue("observed")']
+)
+def test_a_non_finite_criterion_value_is_missing_not_recorded(pytester: pytest.Pytester, bad: str) -> None:
+    """Only a number in [0, 1] is recorded as observed: what the store's readers accept (issue 22 §12)."""
     pytester.makeconftest(
-        """
+        f"""
         from pytest_oloproof import CriterionValue, Evaluator
 
         class Nan(Evaluator):
             type = "nan_score"
-            reads = frozenset({"input"})
+            reads = frozenset({{"input"}})
             def __init__(self, criterion=None, asserts=None):
                 super().__init__(criterion or "nan_score", asserts)
             def evaluate(self, x):
-                return CriterionValue.observed(float("nan") if x.input["q"] == "nan" else 1.0)
+                return {bad} if x.input["q"] == "nan" else CriterionValue.observed(1.0)
 
         def pytest_oloproof_evaluators():
             return [Nan]

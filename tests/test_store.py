@@ -61,13 +61,17 @@ def test_atomic_write_creates_folders(tmp_path: Path) -> None:
     assert json.loads(target.read_text()) == [1, 2]
 
 
+#: what a finished run.json holds in `cache` (the store's readers check it)
+CACHE = {k: {"hit": 0, "miss": 0} for k in ("execution", "judgment", "retrieve", "generate")}
+
+
 def make_runs(store: Store, n: int) -> list[str]:
     ids = []
     for i in range(n):
         run_id = new_run_id()
         writer = store.start_run(run_id, {"purpose": "run", "system": {"name": "s", "version": str(i)}})
         writer.add_case({"id": f"c{i}", "criteria": {}})
-        writer.finish({"status": "complete", "counts": {"cases": 1}})
+        writer.finish({"status": "complete", "counts": {"cases": 1}, "metrics": {}, "cache": CACHE})
         ids.append(run_id)
         time.sleep(0.002)  # ULIDs order by millisecond
     return ids
@@ -88,7 +92,7 @@ def test_run_writer_lifecycle(tmp_path: Path) -> None:
     }
     writer.add_case({"id": "a", "criteria": {}, "output": {"answer": "x"}})
     writer.add_case({"id": "b", "criteria": {}, "output": None})
-    writer.finish({"status": "complete", "metrics": {}})
+    writer.finish({"status": "complete", "metrics": {}, "cache": CACHE, "counts": {"cases": 2}})
     record = store.load_run(run_id)
     assert record["status"] == "complete"
     assert record["schema"] == RUN_SCHEMA

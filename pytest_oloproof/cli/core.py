@@ -174,6 +174,7 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
+    from ..records import is_start_header
     from ..store import RecordError
 
     store = _store_from(args)
@@ -195,10 +196,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
             "version": (h.get("system") or {}).get("version"),
             "cases": (h.get("counts") or {}).get("cases"),
         }
+        started_only = is_start_header(h)
+        if started_only:  # killed, or still going: the cases recorded so far
+            r["cases"] = store.count_cases(run_id)
+            r["note"] = "run.json holds only its start header"
         rows.append(r)
         lines.append(
             f"{r['run_id']}  {r['status']:<10}  {r['started_at'] or '':<24}  {r['system']} {r['version'] or ''}"
             f"  {r['cases'] if r['cases'] is not None else '?'} cases  {r['purpose']}"
+            + ("  (not finished: run.json holds only its start header)" if started_only else "")
         )
     _emit(args, {"store": str(store.root), "runs": rows}, lines or [f"no runs in {store.root}"])
     return EXIT_OK

@@ -468,6 +468,7 @@ def run_view(
     head = {
         "Run": record.get("run_id"),
         "Status": record.get("status"),
+        "Note": record.get("note"),  # e.g. a run.json that holds only its start header
         "Purpose": record.get("purpose", "run"),
         "Started": record.get("started_at"),
         "Finished": record.get("finished_at"),

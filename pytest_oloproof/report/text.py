@@ -159,6 +159,8 @@ def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> 
             f"Internal errors: {internal} case(s) hit an error inside Oloproof and are missing for every criterion "
             "(reason internal_error; tracebacks in the run record) — please report it"
         )
+    if record.get("note"):
+        lines.append(f"Note: {record['note']}")
     where = f" in {store_root}" if store_root else ""
     lines.append(f"Run {record['run_id']} ({record['status']}, {len(record.get('cases') or [])} cases) stored{where}")
     return lines
