@@ -644,12 +644,32 @@ class StoredSliceDifference(_Stored):
 
 
 class StoredDecision(_Stored):
+    """One decision row: a comparison's (with its margin) or a single run's (threshold or failure limit)."""
+
     name: str
     criterion: str
     test: str
-    margin: float
-    outcome: str
+    margin: float | None = None
+    threshold: float | None = None
+    max_failures: int | None = None
+    outcome: Literal["PASS", "FAIL", "INSUFFICIENT_EVIDENCE"]
     reason: str
+
+    @model_validator(mode="after")
+    def _has_its_limit(self) -> StoredDecision:
+        if self.margin is None and self.threshold is None and self.max_failures is None:
+            raise ValueError("a decision needs its margin, threshold or max_failures")
+        return self
+
+
+class StoredDecisionDoc(_Stored):
+    """An `oloproof.decision/1` document: a policy's decisions on one run."""
+
+    schema_: Literal["oloproof.decision/1"] = Field(alias="schema")
+    run: StoredRunSummary
+    decisions: list[StoredDecision]
+    gate: Literal["PASS", "BLOCK"]
+    exit_code: int
 
 
 class StoredRunSummary(_Stored):
@@ -708,10 +728,12 @@ class StoredComparison(_Stored):
 
 
 def check_doc(kind: str, value: Any) -> str | None:
-    """None if `value` is a well-formed stored diagnosis or comparison, else what is wrong with it."""
+    """None if `value` is a well-formed stored diagnosis, comparison or decision, else what is wrong with it."""
     model: type[_Stored]
     if kind == "comparison":
         model = StoredComparison
+    elif kind == "decision":
+        model = StoredDecisionDoc
     elif kind == "diagnosis":
         intervention = value.get("intervention") if isinstance(value, Mapping) else None
         name = intervention.get("name") if isinstance(intervention, Mapping) else None

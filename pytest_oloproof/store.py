@@ -302,12 +302,15 @@ class Store:
         return self.root / "runs" / run_id
 
     def check_writable(self) -> None:
-        """Create the store (and runs/) when missing, then write, fsync and remove a probe file in it.
+        """Write, fsync and remove a probe file in the store's runs/ (made for the probe, then removed).
 
         Run before any case, so a full disk or a read-only store is one clear error (WriteError,
         exit 2) naming the store and the cause, not a failure at the first case's record.
         """
         runs = self.root / "runs"
+        # the folders the probe makes are removed again: a session stopped later by a configuration
+        # error leaves no store behind, and the run's writer makes them when it has a run to write
+        made = [d for d in (runs, *runs.parents) if not d.exists()]
         try:
             runs.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(prefix=".write-probe.", suffix=".tmp", dir=runs)
@@ -323,6 +326,9 @@ class Store:
                 os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(probe)
+            for d in made:  # innermost first; only empty folders go
+                with contextlib.suppress(OSError):
+                    d.rmdir()
 
     def start_run(self, run_id: str, header: Mapping[str, Any]) -> RunWriter:
         return RunWriter(self.run_dir(run_id), {"schema": RUN_SCHEMA, "run_id": run_id, **header})

@@ -28,9 +28,12 @@ def test_system_error_is_missing_for_every_criterion_and_never_changes_the_rate(
         "answer_correct",
         "75.0%",
         "[19.4%, 99.4%]",
-        "3 / 4 observed · 1 missing · 0 excluded",
+        # the missing case at its worst: 3/5 for the lower bound, 4/5 for the upper (Clopper–Pearson)
+        "3 / 4 observed · 1 missing · with missing at worst: [14.6%, 99.5%] · 0 excluded",
     ]
-    assert row(result, "hit_rate_at_2")[3] == "4 / 4 observed · 1 missing · 0 excluded"
+    assert row(result, "hit_rate_at_2")[3] == (
+        "4 / 4 observed · 1 missing · with missing at worst: [28.3%, 100.0%] · 0 excluded"
+    )
     out = "\n".join(section(result))
     for name in ("answer_correct", "hit_rate_at_2", "citations_valid"):
         assert f"{name}: missing — system_error 1" in out
@@ -49,8 +52,13 @@ def test_retrieve_error_also_leaves_retrieval_metrics_missing(pytester: pytest.P
     make_project(pytester, cases, [{"type": "recall", "k": 2}])
     result, rep = report(pytester)
     result.assert_outcomes(passed=1, failed=1)
-    # recall is a mean even when its one value is 1 (its kind comes from the evaluator); n = 1: [0, 1]
-    assert row(result, "recall_at_2")[1:] == ["1.000", "[0.000, 1.000]", "mean of 1 observed · 1 missing · 0 excluded"]
+    # recall is a rate here (the labelled cases have one relevant unit each, decided from the labels): 1/1,
+    # and with the missing case at its worst 1/2 for the lower bound
+    assert row(result, "recall_at_2")[1:] == [
+        "100.0%",
+        "[2.5%, 100.0%]",
+        "1 / 1 observed · 1 missing · with missing at worst: [1.2%, 100.0%] · 0 excluded",
+    ]
     b = next(c for c in rep["cases"] if c["id"] == "b")
     assert b["criteria"]["recall_at_2"]["status"] == "missing"
     assert b["error"]["stage"] == "retrieve" and "index is down" in b["error"]["message"]
@@ -88,8 +96,14 @@ def test_evaluator_error_missing_output_field_and_exclusions(pytester: pytest.Py
     assert by_id["c"]["answer_correct"] == {"status": "missing", "reason": "missing_output_field: answer"}
     assert by_id["d"]["answer_correct"] == {"status": "excluded", "reason": "no_expected_value"}
     assert by_id["c"]["ndcg_at_3"] == {"status": "excluded", "reason": "no_relevance_labels"}
-    assert row(result, "answer_correct")[3] == "2 / 2 observed · 1 missing · 1 excluded"
-    assert row(result, "fragile")[3] == "3 / 3 observed · 1 missing · 0 excluded"
+    # the missing case at its worst: 2/3 and 3/4 for the lower bounds (Clopper–Pearson)
+    assert (
+        row(result, "answer_correct")[3]
+        == "2 / 2 observed · 1 missing · with missing at worst: [9.4%, 100.0%] · 1 excluded"
+    )
+    assert (
+        row(result, "fragile")[3] == "3 / 3 observed · 1 missing · with missing at worst: [19.4%, 100.0%] · 0 excluded"
+    )
     assert row(result, "ndcg_at_3")[3] == "mean of 2 observed · 0 missing · 2 excluded"  # 0/1 values: still a mean
     out = "\n".join(section(result))
     assert "answer_correct: excluded — no_expected_value 1" in out
@@ -183,8 +197,8 @@ def test_degenerate_samples_are_shown_honestly(pytester: pytest.Pytester) -> Non
     )
     result = pytester.runpytest("--oloproof")
     recall = row(result, "recall_at_1")
-    # n = 1: a mean stays a mean, and one value says nothing about it: [0, 1]
-    assert recall[1:] == ["1.000", "[0.000, 1.000]", "mean of 1 observed · 0 missing · 2 excluded"]
+    # one labelled case with one relevant unit: recall is a rate, and 1 / 1 says little: [2.5%, 100.0%]
+    assert recall[1:] == ["100.0%", "[2.5%, 100.0%]", "1 / 1 observed · 0 missing · 2 excluded"]
     assert row(result, "never")[1:] == ["—", "—", "0 / 0 observed · 0 missing · 3 excluded"]
 
 
