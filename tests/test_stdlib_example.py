@@ -192,6 +192,10 @@ def test_the_walk_through(example: Path) -> None:
     new = next(r for r in run_records(example / ".oloproof") if r["purpose"] == "run" and r["run_id"] != rid)
     if exact:
         assert "52 / 134 observed" in summary_row(wider.stdout, "answer_correct")
+        assert "Cache: execution 0 hit/134 miss; judgment 531 hit/139 miss" in wider.stdout  # as the README
+        assert (
+            "  judgment 139 miss: context changed (124; top_k 4 → 8; token_budget 150 → 400); output changed (15)"
+        ) in wider.stdout.splitlines()
 
     compare = cli(example, "compare", new["run_id"], rid, "--policy", "compare.yaml")
     assert f"of {new['run_id']} against {rid} · 134 paired cases" in compare.stdout
