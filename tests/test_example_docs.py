@@ -99,6 +99,12 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     step("budget", 1, "run", "-p", "no:cacheprovider")
     step("compare", 3, "compare", "latest", first, "--policy", "compare.yaml")
     comparison = out["compare"].split()[1]
+    (ex / "graded.yaml").write_text(
+        "decisions:\n  - {name: a, criterion: answer_correct, test: non-inferiority, margin: 5.0}\n"
+        "  - {name: n, criterion: ndcg_at_6, test: non-inferiority, margin: 5.0}\n",
+        encoding="utf-8",
+    )
+    step("compare_graded", 3, "compare", "latest", first, "--policy", "graded.yaml")
     step("plan_comparison", 0, "plan", comparison, "--policy", "compare.yaml")
     return out
 
@@ -153,6 +159,10 @@ def test_the_top_level_readme_prints_what_the_program_prints(walk: dict[str, str
     assert_printed([x for x in decisions if x.startswith("    ")], walk["plan_comparison"])  # `plan` prints them
     (release,) = [b for b in blocks(text) if b[0].startswith("Decision sha256:")]
     assert_printed(release, walk["release"])
+    (slices,) = [b for b in blocks(text) if b[0].startswith("Slices (exploratory: estimates")]
+    assert_printed(slices, walk["run"])
+    (notes,) = [b for b in blocks(text) if b[0].startswith("answer_correct: 13 paired cases cannot")]
+    assert_printed(notes, walk["compare_graded"])
 
 
 def test_the_top_level_readme_missing_pair_line_is_the_exact_interval() -> None:
