@@ -105,6 +105,11 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         encoding="utf-8",
     )
     step("compare_graded", 3, "compare", "latest", first, "--policy", "graded.yaml")
+    step("judges", 1, "run", "-p", "no:cacheprovider", "--oloproof-config", "oloproof-judges.yaml")
+    step(
+        "validate", 0, "validate-judge", "--config", "oloproof-judges.yaml", "--criterion", "grounded", "--labels",
+        "judge_labels.jsonl",
+    )  # fmt: skip
     step("plan_comparison", 0, "plan", comparison, "--policy", "compare.yaml")
     return out
 
@@ -131,6 +136,7 @@ def test_the_example_prints_the_pages_figures(walk: dict[str, str]) -> None:
         ("oloproof diagnose run_01M8MG77VNVMQ119R2M1V9Z98T --intervention reranker", "reranker"),
         ("sed -i 's/token_budget: 40/token_budget: 120/'", "budget"),
         ("oloproof compare NEW_RUN_ID FIRST_RUN_ID --policy compare.yaml", "compare"),
+        ("oloproof run --oloproof-config oloproof-judges.yaml", "judges"),
     ],
 )
 def test_the_example_readme_prints_what_the_program_prints(walk: dict[str, str], command: str, step: str) -> None:
@@ -143,6 +149,10 @@ def test_the_example_readme_prints_what_the_program_prints(walk: dict[str, str],
         doc = console_block(text, command)
     if step == "budget":
         doc = doc[1:]  # the block's second command, `oloproof run`, prints the rest
+    if step == "judges":  # the block's second command validates the judge
+        at = next(i for i, x in enumerate(doc) if x.startswith("$ oloproof validate-judge"))
+        doc, validate = doc[:at], doc[at + 1 :]
+        assert_printed(validate, walk["validate"])
     assert_printed(doc, walk[step])
     if step == "release":  # `gate latest` decides the stored run again: the same decision lines
         assert_printed([x for x in doc if x.startswith(("Decision", "  ", "Gate:"))], walk["gate"])
