@@ -19,7 +19,7 @@ from pytest_oloproof.store import Store
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "support_rag"
 # what the docs may leave out: ids (run_…, sha256:…) and "..." for a path or an elided part of a line
-MASKS = re.compile(r"run_(?:[0-9A-Z]{26}|…)|sha256:[0-9a-f]*…?|\.\.\.")
+MASKS = re.compile(r"run_(?:[0-9A-Z]{26}|…)|sha256:[0-9a-f]*…?| ?\.\.\.")
 
 
 def oloproof(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

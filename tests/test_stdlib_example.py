@@ -23,6 +23,7 @@ from staged_helpers import by_id, run_records
 
 from pytest_oloproof import Passage
 from tests.judge_server import Recorded, Reply, ScriptedServer
+from tests.test_example_docs import assert_printed, console_block
 
 pytest.importorskip("bm25s")
 
@@ -202,6 +203,16 @@ def test_the_walk_through(example: Path) -> None:
     if exact:
         assert "answer_correct: +2.2 points [-1.2, +6.5]" in compare.stdout
         assert compare.stdout.rstrip().endswith("Gate: PASS (exit 0)") and compare.returncode == 0
+        # every block the README prints is this output (ids and elided parts excepted)
+        readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
+        for command, out in (
+            ("python3 -m venv", first.stdout),
+            ("oloproof diagnose run_01M8RF69JN25R3XQNPZD06S3KQ --intervention gold-context", diag.stdout),
+            ("oloproof diagnose run_01M8RF69JN25R3XQNPZD06S3KQ --intervention reranker", replay.stdout),
+            ("oloproof run --oloproof-config oloproof-wider.yaml", wider.stdout),
+            ("oloproof compare", compare.stdout),
+        ):
+            assert_printed(console_block(readme, command), out)
 
 
 def test_a_different_corpus_is_never_served_cached_retrievals(pytester: pytest.Pytester, example: Path) -> None:
