@@ -187,3 +187,11 @@ def test_the_top_level_readme_missing_pair_line_is_the_exact_interval() -> None:
     )
     text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
     assert line in text
+
+
+def test_the_top_level_readme_prints_thirteen_perfect_scores_as_the_mixture_does() -> None:
+    iv = stats.mean_interval([1.0] * 13)
+    low, high = stats.round_outward(iv.low, iv.high, 3)
+    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    assert f"thirteen perfect nDCGs print [{low:.3f}, {high:.3f}]" in text
+    assert f"printed [{low:.3f}, {high:.3f}]" in text
