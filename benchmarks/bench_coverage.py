@@ -20,6 +20,14 @@ Methods:
             clustered data only when all clusters have one size (otherwise "-").
   now     — what Oloproof prints: the mixture below 100 units, Gaffke's from 100 where it applies.
 
+With ``--missing``, a second table: intervals over *all* selected cases when some are missing,
+each missing case put at its worst value (0 for the lower bound, 1 for the upper; a missing
+pair at −1 / +1), as Oloproof prints them under "with missing at worst", against the interval
+over the observed cases alone. The truth is the mean over all selected cases' population; the
+missing cases are either a random share (missing completely at random) or the hard ones
+(informative: a case below the median of its distribution, or a regressed pair, goes missing
+far more often), where the observed-only interval is biased and the one at worst must still hold.
+
 Clustered families (sizes fixed by design, cases within a cluster correlated through a
 shared level): equal clusters of 4; unequal sizes cycling 1, 2, 4, 8, 12; clusters of 4 and
 one large cluster holding a quarter of the cases; and informative sizes, where bigger
@@ -38,7 +46,7 @@ import _betting as betting  # the interval Oloproof used before, kept here to me
 import numpy as np
 from scipy import special, stats
 
-from pytest_oloproof import gaffke, mixture
+from pytest_oloproof import gaffke, mixture, paired_exact
 from pytest_oloproof.stats import GAFFKE_FROM
 
 ALPHA = 0.05
@@ -291,6 +299,125 @@ def reference_t(case: Case, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return t_interval(x, -1.0 if case.family == "paired" else 0.0, 1.0)
 
 
+# ------------------------------------------------------------------ missing cases at worst
+
+
+@dataclass(frozen=True)
+class MissingCase:
+    """A kind of criterion, its values, its truth, and which cases go missing."""
+
+    name: str
+    kind: str  # "rate", "mean" or "paired rate"
+    draw: Draw  # (reps, n) values: 0/1, [0, 1], or paired differences in {-1, 0, 1}
+    truth: float
+    hard: Callable[[np.ndarray], np.ndarray]  # which values are the hard ones
+
+
+MISSING_KINDS = (
+    MissingCase("rate p=0.7", "rate", lambda r, s: (r.random(s) < 0.7).astype(float), 0.7, lambda x: x == 0),
+    MissingCase("graded: nearly perfect", "mean", _nearly_perfect, 0.85 + 0.15 * 0.5, lambda x: x < 1.0),
+    MissingCase("graded: 0/1 with a graded tail", "mean", _mix, 0.6, lambda x: x < 0.5),
+    MissingCase(
+        "paired rate: p_b=0.05, p_c=0.15",
+        "paired rate",
+        lambda r, s: np.select([(u := r.random(s)) < 0.05, u < 0.20], [1.0, -1.0], 0.0),
+        0.05 - 0.15,
+        lambda x: x < 0,
+    ),
+)
+# (name, share missing if hard, share missing otherwise): 10% at random, or the hard cases 10x as likely
+MECHANISMS = (("at random, 10%", 0.10, 0.10), ("informative: hard ones", 0.40, 0.04))
+
+
+def _cp(k: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Clopper–Pearson bounds, vectorised (as `stats.clopper_pearson`)."""
+    a = ALPHA / 2
+    low = np.where(k > 0, stats.beta.ppf(a, np.maximum(k, 1), n - k + 1), 0.0)
+    high = np.where(k < n, stats.beta.ppf(1 - a, k + 1, np.maximum(n - k, 1)), 1.0)
+    return low, high
+
+
+def _graded(x: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """What `stats.mean_interval` prints: the mixture below GAFFKE_FROM cases, Gaffke's bound from there."""
+    if x.shape[1] < GAFFKE_FROM:
+        return mixture.mixture_bounds(x, np.ones_like(x), ALPHA)
+    units = np.sort(x, axis=1)
+    return gaffke.gaffke_bounds(units, np.ones_like(units), ALPHA, weights=gaffke.gaffke_weights(units.shape[1], seed))
+
+
+def _paired(b: np.ndarray, c: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The exact paired interval (`stats.paired_rate_interval`), once per distinct (b, c)."""
+    memo: dict[tuple[int, int], tuple[float, float]] = {}
+    low, high = np.empty(b.shape), np.empty(b.shape)
+    for i, key in enumerate(zip(b.astype(int).tolist(), c.astype(int).tolist(), strict=True)):
+        if key not in memo:
+            memo[key] = paired_exact.bounds(key[0], key[1], n, ALPHA / 2) if n else (-1.0, 1.0)
+        low[i], high[i] = memo[key]
+    return low, high
+
+
+def observed_and_worst(
+    case: MissingCase, x: np.ndarray, gone: np.ndarray, seed: int
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(the interval over the observed cases alone, the interval over all with each missing one at its worst)."""
+    reps, n = x.shape
+    m = gone.sum(axis=1)
+    if case.kind == "rate":
+        k = np.where(gone, 0.0, x).sum(axis=1)
+        obs = np.array(
+            [_cp(np.array([ki]), n - mi) if n - mi else (np.zeros(1), np.ones(1)) for ki, mi in zip(k, m, strict=True)]
+        )
+        worst_low, _ = _cp(k, n)
+        _, worst_high = _cp(k + m, n)
+        return (obs[:, 0, 0], obs[:, 1, 0]), (worst_low, worst_high)
+    if case.kind == "paired rate":
+        b = ((x == 1) & ~gone).sum(axis=1)
+        c = ((x == -1) & ~gone).sum(axis=1)
+        lo, hi = np.empty(reps), np.empty(reps)
+        for mi in np.unique(m):  # the observed pairs alone: the interval at n − m pairs
+            rows = m == mi
+            lo[rows], hi[rows] = _paired(b[rows], c[rows], n - int(mi))
+        worst_low, _ = _paired(b, c + m, n)  # every missing pair regressed
+        _, worst_high = _paired(b + m, c, n)  # every missing pair improved
+        return (lo, hi), (worst_low, worst_high)
+    lo, hi = np.empty(reps), np.empty(reps)
+    for i in range(reps):  # the observed cases alone: rows of different lengths
+        kept = x[i, ~gone[i]][None, :]
+        if kept.shape[1] < 2:
+            lo[i], hi[i] = 0.0, 1.0
+        else:
+            lo[i], hi[i] = (float(v[0]) for v in _graded(kept, seed))
+    worst_low, _ = _graded(np.where(gone, 0.0, x), seed)
+    _, worst_high = _graded(np.where(gone, 1.0, x), seed)
+    return (lo, hi), (worst_low, worst_high)
+
+
+def missing_table(reps: int, seed: int, sizes: list[int]) -> None:
+    print(
+        "\n| criterion | missing | n | missing, mean | observed only: coverage | at worst: coverage | at worst: width |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|")
+    worst = dict.fromkeys(("observed only", "at worst"), 1.0)
+    for ci, case in enumerate(MISSING_KINDS):
+        for mi, (mech, p_hard, p_other) in enumerate(MECHANISMS):
+            for n in sizes:
+                rng = np.random.default_rng([seed, 7919, ci, mi, n])
+                x = case.draw(rng, (reps, n))
+                gone = rng.random(x.shape) < np.where(case.hard(x), p_hard, p_other)
+                (lo, hi), (wlo, whi) = observed_and_worst(case, x, gone, seed + n)
+                cov_obs = float(np.mean((lo <= case.truth) & (case.truth <= hi)))
+                cov_worst = float(np.mean((wlo <= case.truth) & (case.truth <= whi)))
+                worst["observed only"] = min(worst["observed only"], cov_obs)
+                worst["at worst"] = min(worst["at worst"], cov_worst)
+                mark = lambda c: f"**{c:.3f}**" if c < 0.94 else f"{c:.3f}"  # noqa: E731
+                print(
+                    f"| {case.name} | {mech} | {n} | {gone.sum(axis=1).mean():.1f} | {mark(cov_obs)} | "
+                    f"{mark(cov_worst)} | {np.median(whi - wlo):.3f} |",
+                    flush=True,
+                )
+    print("\nlowest coverage: " + " · ".join(f"{k} {v:.3f}" for k, v in worst.items()))
+
+
 # ------------------------------------------------------------------ the table
 
 
@@ -299,8 +426,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=500)
     ap.add_argument("--seed", type=int, default=20261201)
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
+    ap.add_argument("--missing", action="store_true", help="only the table of intervals with missing cases at worst")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.missing:
+        t0 = time.perf_counter()
+        print(f"seed {args.seed} · {args.reps} replications per cell · 95% intervals · missing cases at worst")
+        missing_table(args.reps, args.seed, sizes)
+        print(f"{time.perf_counter() - t0:.0f} s")
+        return
     print(f"seed {args.seed} · {args.reps} replications per cell · 95% intervals")
     names = ("t", "betting", "mixture", "gaffke")
     print("| distribution | n | units | " + " | ".join(f"{m}: coverage | {m}: width" for m in names) + " | now / t |")

@@ -319,10 +319,15 @@ def plan_run(
     lim_low = total / now
     lim_high = (total + (missing if bound else 0)) / now
     target, _ = rule.decide(lim_low, lim_high, threshold)
-    what = f"observed {kind}" + (" with missing cases at worst" if bound else "")
     if target == INSUFFICIENT:
+        if bound:  # the missing cases alone can put it on either side
+            return (
+                f"no sample size would decide it: with its missing cases at worst and at best the {kind} lies "
+                f"between {fmt_fraction(lim_low, kind)} and {fmt_fraction(lim_high, kind)}, across the threshold "
+                f"({fmt_fraction(threshold, kind)})"
+            )
         return (
-            f"no sample size would decide it: the {what} ({fmt_fraction(lim_low, kind)}) "
+            f"no sample size would decide it: the observed {kind} ({fmt_fraction(lim_low, kind)}) "
             f"is itself at the threshold ({fmt_fraction(threshold, kind)})"
         )
 
@@ -343,7 +348,8 @@ def plan_run(
     if target == PASS:
         return suite_line(needed, now)
     side = "below" if rule.test == "minimum" else "above"
-    value = lim_high if rule.test == "minimum" else lim_low
+    value = lim_high if rule.test == "minimum" else lim_low  # the most favourable: missing cases at their best
+    what = f"observed {kind}" + (" with every missing case at its best" if bound else "")
     head = (
         f"no sample size would make this PASS: the {what} ({fmt_fraction(value, kind)}) is itself {side} "
         f"the threshold ({fmt_fraction(threshold, kind)})"
@@ -379,6 +385,11 @@ def plan_comparison(
     lim_high = 100.0 * (total + (missing if bound else 0)) / now
     target, _ = rule.decide(lim_low, lim_high, margin)
     if target == INSUFFICIENT:
+        if bound:  # the missing pairs alone can put it on either side
+            return (
+                f"no sample size would decide it: with its missing pairs at worst and at best the difference lies "
+                f"between {lim_low:+.1f} and {lim_high:+.1f} points, across the margin ({fmt_margin(margin)} points)"
+            )
         return (
             f"no sample size would decide it: the observed difference ({lim_low:+.1f} points) sits on the margin "
             f"({fmt_margin(margin)} points)"
@@ -398,8 +409,11 @@ def plan_comparison(
     needed = smallest_deciding(now, lambda n: outcome(n) == target)
     if target == PASS:
         return suite_line(needed, now, unit="pairs")
+    # the most favourable difference: every missing pair improved; for equivalence, the one nearer 0
+    value = lim_low if d.test == "equivalence" and lim_low > 0 else lim_high
+    what = "observed difference" + (" with every missing pair at its best" if bound else "")
     return (
-        f"no sample size would make this PASS: the observed difference ({lim_high:+.1f} points) itself fails "
+        f"no sample size would make this PASS: the {what} ({value:+.1f} points) itself fails "
         f"{d.test} at a {fmt_margin(margin)}-point margin; {suite_line(needed, now, unit='pairs', verb='FAIL it')}"
     )
 

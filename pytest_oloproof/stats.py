@@ -164,6 +164,10 @@ def clopper_pearson(k: float, n: int, confidence: float = 0.95) -> tuple[float, 
     """
     _check_confidence(confidence)
     n = _check_count(n, "n")
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)):
+        raise ValueError(f"k must be a number of successes, got {k!r} ({type(k).__name__}); pass an int or a float")
+    if not math.isfinite(float(k)):
+        raise ValueError(f"k must be a number of successes in [0, n], got {k!r}")
     if n == 0:
         return 0.0, 1.0
     if not 0.0 <= k <= n:
@@ -338,7 +342,8 @@ def tango_interval(b: int, c: int, n: int, confidence: float = 0.95) -> Interval
     changes (b = c = 0 gives ±z²/(n+z²)). Each bound is a root of the score equation.
     """
     _check_confidence(confidence)
-    if min(b, c, n) < 0 or b + c > n:
+    b, c, n = _check_count(b, "b"), _check_count(c, "c"), _check_count(n, "n")
+    if b + c > n:
         raise ValueError(f"need 0 <= b, c and b + c <= n, got b={b}, c={c}, n={n}")
     if n == 0:
         return Interval(-1.0, 1.0, "degenerate", NOTE_NO_OBSERVATIONS)

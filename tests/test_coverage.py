@@ -132,3 +132,25 @@ def test_one_large_cluster_does_not_inflate_the_interval() -> None:
     big = mean_interval(x, clusters=keys)
     assert big.method == small.method == "cluster-mixture"
     assert big.width < 0.35 and big.width < 2 * small.width
+
+
+def test_missing_at_worst_keeps_95_percent_when_the_hard_cases_go_missing() -> None:
+    """Informative missingness (a failed case goes missing 40% of the time, a passed one 4%): the interval over the
+    observed cases alone misses the truth most of the time; the one with each missing case at its worst (the
+    accounting's "with missing at worst", `aggregate.missing_at_worst`) still holds it (bench_coverage.py --missing)."""
+    from pytest_oloproof.aggregate import missing_at_worst
+    from pytest_oloproof.stats import rate_interval
+
+    rng = np.random.default_rng(20261201)
+    observed_only = at_worst = 0
+    reps, n, truth = 300, 100, 0.7
+    for _ in range(reps):
+        x = (rng.random(n) < truth).astype(float)
+        gone = rng.random(n) < np.where(x == 0, 0.40, 0.04)
+        kept = x[~gone].tolist()
+        iv = rate_interval(kept)
+        observed_only += iv.low <= truth <= iv.high
+        worst = missing_at_worst(kept, int(gone.sum()), "rate", confidence=0.95, seed=0)
+        at_worst += worst["low"] <= truth <= worst["high"]
+    assert observed_only / reps < 0.8  # the observed cases alone are biased upwards
+    assert at_worst / reps >= 0.95

@@ -184,6 +184,28 @@ def test_plan_says_no_sample_size_passes_when_the_estimate_is_below_the_threshol
     )
 
 
+@pytest.mark.parametrize(
+    ("threshold", "plan"),
+    [
+        # 9 passed, 2 failed, 2 missing: at best 11/13 = 84.6% is still below 0.90, so nothing can PASS
+        (0.90, "no sample size would make this PASS: the observed rate with every missing case at its best (84.6%) "
+         "is itself below the threshold (90.0%); "),
+        # at worst 9/13 = 69.2%, at best 84.6%: the missing cases alone put 0.75 on either side
+        (0.75, "no sample size would decide it: with its missing cases at worst and at best the rate lies between "
+         "69.2% and 84.6%, across the threshold (75.0%)"),
+    ],
+)  # fmt: skip
+def test_plan_line_under_missing_bound_says_which_value_of_the_missing_cases_it_reads(
+    store: Store, tmp_path: Path, threshold: float, plan: str
+) -> None:
+    p = write(
+        tmp_path,
+        f"decisions:\n  - {{name: floor, criterion: ok, test: minimum, threshold: {threshold}}}\nmissing: bound\n",
+    )
+    (d,) = decide(store, rate_run(store, 9, 2, missing=2), p)["decisions"]
+    assert d["outcome"] == "INSUFFICIENT_EVIDENCE" and d["plan"].startswith(plan)
+
+
 def test_scaling_keeps_proportions_and_the_total() -> None:
     c = scaled({1.0: 9, 0.0: 4}, 48)
     assert sum(c.values()) == 48 and c[1.0] == 33 and c[0.0] == 15  # 48·9/13 = 33.2, 48·4/13 = 14.8
@@ -323,7 +345,11 @@ def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: St
     assert "Decisions (1 against the baseline, 1 on the candidate alone)" in lines
     ni = next(ln for ln in lines if ln.startswith("  ni  "))
     assert "with missing at worst" in ni and ni.endswith("INSUFFICIENT_EVIDENCE  interval_overlaps_margin")
-    assert lines[lines.index(ni) + 1].startswith("    ")  # its plan line
+    # its plan line: even with the missing pair improved the difference is -2/13 = -15.4 points (observed: -25.0)
+    assert lines[lines.index(ni) + 1].startswith(
+        "    no sample size would make this PASS: the observed difference with every missing pair at its best "
+        "(-15.4 points) itself fails non-inferiority at a 5.0-point margin; "
+    )
     # the candidate alone: 9 of its 12 cases (k12 is not one of its cases, so nothing of its own is missing)
     low, high = cp(9, 12)
     assert low > 0.30
@@ -376,3 +402,19 @@ def test_plan_line_of_a_clustered_run_says_it_counts_cases_as_independent(store:
     (d,) = decide(store, run, p)["decisions"]
     assert d["outcome"] == "INSUFFICIENT_EVIDENCE"
     assert d["plan"].endswith("(counting cases as independent: with clusters of several cases, more are needed)")
+
+
+def test_plan_of_a_comparison_whose_missing_pair_alone_straddles_the_margin(store: Store, tmp_path: Path) -> None:
+    # 12 unchanged pairs and one missing: at worst -1/13, at best +1/13 = ±7.7 points, across -5.0
+    base = make_run(store, {f"k{i:02d}": {"ok": 1.0} for i in range(13)})
+    cand = make_run(store, {f"k{i:02d}": {"ok": 1.0} for i in range(12)})
+    p = write(tmp_path, "decisions:\n  - {name: ni, criterion: ok, test: non-inferiority, margin: 5}\nmissing: bound\n")
+    compared = oloproof("compare", cand, base, "--policy", str(p), "--store", str(store.root), cwd=tmp_path)
+    doc_id = compared.stdout.splitlines()[0].split()[1]
+    out = oloproof("plan", doc_id, "--policy", str(p), "--store", str(store.root), "--json", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    (row,) = json.loads(out.stdout)["decisions"]
+    assert row["plan"] == (
+        "no sample size would decide it: with its missing pairs at worst and at best the difference lies between "
+        "-7.7 and +7.7 points, across the margin (5.0 points)"
+    )

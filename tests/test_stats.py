@@ -446,6 +446,10 @@ def test_kappa_interval_coverage_simulation() -> None:
         (lambda: kappa_interval(9, 4.5, 4, 10), "first_pass must be a non-negative whole number"),
         (lambda: kappa_interval(9, 5, 4, "10"), "n must be a whole number of cases"),
         (lambda: kappa_interval(True, 5, 4, 10), "agree must be a whole number of cases"),
+        (lambda: tango_interval(math.nan, 0, 13), "b must be a non-negative whole number"),
+        (lambda: tango_interval(0, 1.5, 13), "c must be a non-negative whole number"),
+        (lambda: clopper_pearson("3", 13), r"k must be a number of successes, got '3' \(str\)"),
+        (lambda: clopper_pearson(math.nan, 13), "k must be a number of successes in"),
     ],
 )
 def test_inputs_are_refused_with_the_argument_and_the_fix(call: object, fragment: str) -> None:

@@ -23,6 +23,7 @@ from staged_helpers import by_id, run_records
 
 from pytest_oloproof import Passage
 from tests.judge_server import Recorded, Reply, ScriptedServer
+from tests.test_example_docs import assert_printed, console_block
 
 pytest.importorskip("bm25s")
 
@@ -192,12 +193,26 @@ def test_the_walk_through(example: Path) -> None:
     new = next(r for r in run_records(example / ".oloproof") if r["purpose"] == "run" and r["run_id"] != rid)
     if exact:
         assert "52 / 134 observed" in summary_row(wider.stdout, "answer_correct")
+        assert "Cache: execution 0 hit/134 miss; judgment 531 hit/139 miss" in wider.stdout  # as the README
+        assert (
+            "  judgment 139 miss: context changed (124; top_k 4 → 8; token_budget 150 → 400); output changed (15)"
+        ) in wider.stdout.splitlines()
 
     compare = cli(example, "compare", new["run_id"], rid, "--policy", "compare.yaml")
     assert f"of {new['run_id']} against {rid} · 134 paired cases" in compare.stdout
     if exact:
         assert "answer_correct: +2.2 points [-1.2, +6.5]" in compare.stdout
         assert compare.stdout.rstrip().endswith("Gate: PASS (exit 0)") and compare.returncode == 0
+        # every block the README prints is this output (ids and elided parts excepted)
+        readme = (EXAMPLE / "README.md").read_text(encoding="utf-8")
+        for command, out in (
+            ("python3 -m venv", first.stdout),
+            ("oloproof diagnose run_01M8RF69JN25R3XQNPZD06S3KQ --intervention gold-context", diag.stdout),
+            ("oloproof diagnose run_01M8RF69JN25R3XQNPZD06S3KQ --intervention reranker", replay.stdout),
+            ("oloproof run --oloproof-config oloproof-wider.yaml", wider.stdout),
+            ("oloproof compare", compare.stdout),
+        ):
+            assert_printed(console_block(readme, command), out)
 
 
 def test_a_different_corpus_is_never_served_cached_retrievals(pytester: pytest.Pytester, example: Path) -> None:
