@@ -82,6 +82,33 @@ def test_setup_only_executes_nothing_and_stores_nothing(pytester: pytest.Pyteste
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("-p", "no:cacheprovider", "--fixtures"),
+        ("-p", "no:cacheprovider", "--fixtures-per-test"),
+        ("-p", "no:cacheprovider", "--setup-plan"),
+        ("-p", "no:cacheprovider", "--setup-only", "-p", "xdist", "-n", "2"),
+        ("--cache-show",),
+    ],
+    ids=["fixtures", "fixtures-per-test", "setup-plan", "setup-only-n2", "cache-show"],
+)
+def test_listing_fixtures_or_the_cache_executes_nothing_and_creates_no_store(
+    pytester: pytest.Pytester, flags: tuple[str, ...]
+) -> None:
+    """--fixtures and --fixtures-per-test collect the items to list fixtures: the evaluation used to run
+    ahead of them (13 judge requests, a run stored); --setup-plan, --setup-only and --cache-show left an
+    empty store folder behind (the store's write probe)."""
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=8)
+        result = pytester.runpytest_subprocess("--oloproof", *flags)
+        requests = len(server.requests)
+    assert result.ret == 0, result.stdout.str()
+    assert calls(pytester) == [] and requests == 0
+    assert not (pytester.path / ".oloproof").exists()  # no run, no cache, not even an empty store
+
+
+@pytest.mark.slow
 def test_oloproof_run_collect_only_executes_nothing(pytester: pytest.Pytester) -> None:
     with ScriptedServer([Reply.verdict("pass")]) as server:
         judged_project(pytester, server.base_url, concurrency=8)
