@@ -108,6 +108,24 @@ def test_listing_fixtures_or_the_cache_executes_nothing_and_creates_no_store(
     assert not (pytester.path / ".oloproof").exists()  # no run, no cache, not even an empty store
 
 
+def test_listing_needs_no_store_that_can_be_created(pytester: pytest.Pytester) -> None:
+    """A store that cannot be created (under a file here; under a read-only folder in a read-only checkout)
+    is a configuration error for a run, never for --collect-only or --fixtures, which write nothing."""
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=8)
+        (pytester.path / "blocker").write_text("a file where the store's folder would go\n")
+        config = pytester.path / "oloproof.yaml"
+        config.write_text(config.read_text().replace("store: .oloproof", "store: blocker/store"))
+        for flags in (("--collect-only", "-q"), ("--fixtures",)):
+            listed = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", *flags)
+            assert listed.ret == 0, listed.stdout.str()
+        ran = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
+        requests = len(server.requests)
+    assert ran.ret == 2
+    ran.stdout.fnmatch_lines(["*store: */blocker/store cannot be created: */blocker is a file; name a folder*"])
+    assert calls(pytester) == [] and requests == 0
+
+
 @pytest.mark.slow
 def test_oloproof_run_collect_only_executes_nothing(pytester: pytest.Pytester) -> None:
     with ScriptedServer([Reply.verdict("pass")]) as server:
