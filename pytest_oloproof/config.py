@@ -449,8 +449,12 @@ def find_config(explicit: str | os.PathLike[str] | None, rootdir: Path, invocati
     )
 
 
-def load_config(path: Path) -> LoadedConfig:
-    """Load and validate an oloproof.yaml. Raises ConfigError with every problem found."""
+def load_config(path: Path, *, check_store: bool = True) -> LoadedConfig:
+    """Load and validate an oloproof.yaml. Raises ConfigError with every problem found.
+
+    `check_store=False` leaves out whether the store can be created: pytest's listing flags
+    (--collect-only and the like) write nothing, so a read-only checkout can still list its cases.
+    """
     path = path.resolve()
     settings, raw, node = load_yaml_model(path, Settings)
     sysset = settings.system
@@ -478,6 +482,8 @@ def load_config(path: Path) -> LoadedConfig:
         )
     _check_api_keys(path, node, settings)
     loaded = LoadedConfig(path=path, settings=settings, raw=raw, node=node)
+    if not check_store:
+        return loaded
     store = loaded.store_dir
     existing = next((p for p in (store, *store.parents) if p.exists()), None)  # the store, or where it would go
     problem = None

@@ -955,7 +955,8 @@ def _usage_of(seen: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None, path: str | None = None) -> str:
-    """The value as canonical JSON, or a ContractError naming the case and the stage.
+    """The value as canonical JSON, or a ContractError naming the case and the stage (also for text UTF-8
+    cannot encode, which the record could not store).
 
     With `path` (the value's name in the record), a mapping key that is not a string is an error too:
     JSON would turn it into a string silently, so a cached re-run would see another value.
@@ -963,8 +964,18 @@ def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None
     if path is not None:
         check_string_keys(value, f"case {case_id!r}: {what}", path, stage=stage)
     try:
-        return canonical_json(value)
+        text = canonical_json(value)
     except (TypeError, ValueError) as exc:
         raise ContractError(
             f"case {case_id!r}: {what} returned a value that is not JSON-serialisable: {exc}", stage=stage
         ) from None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:  # a lone surrogate ('\ud800'): no record file can hold it
+        raise ContractError(
+            f"case {case_id!r}: {what} returned text holding a lone surrogate "
+            f"({exc.object[exc.start : exc.end]!r}), which no UTF-8 file can hold; decode bytes with "
+            "errors='replace', or drop the character",
+            stage=stage,
+        ) from None
+    return text

@@ -42,6 +42,8 @@ PLUGIN_NAME = "oloproof-session"
 EXIT_BLOCK = 3
 EXIT_USAGE = 2
 EXIT_INTERNAL = 4
+#: pytest's options (their dests) under which it only lists: items, fixtures, the cache; never runs a case
+_LISTING_OPTIONS = ("collectonly", "setuponly", "setupplan", "showfixtures", "show_fixtures_per_test", "cacheshow")
 #: A long session (this many case items or more) freezes the collector's view of what collection built.
 LONG_SESSION_MIN_ITEMS = 1000
 
@@ -434,7 +436,8 @@ class OloproofPlugin:
         try:
             from .config import load_config
 
-            cfg = self._loaded_config = load_config(self.config_path)
+            # listing writes nothing: a store that cannot be created is no error then
+            cfg = self._loaded_config = load_config(self.config_path, check_store=not self.runs_nothing)
         except OloproofError:
             return []  # reported at collection, where pytest shows it as a collection error
         registry = self._registry()
@@ -665,9 +668,10 @@ class OloproofPlugin:
     def _check_store(self) -> None:
         """The store can be created and written (a probe write), before any case runs: exit 2 naming it if not.
 
-        Not for --collect-only, which writes nothing; a config that did not load is reported at collection.
+        Not when pytest only lists (--collect-only, --fixtures, ...), which writes nothing; a config that did
+        not load is reported at collection.
         """
-        if self._loaded_config is None or self.config.getoption("collectonly", False):
+        if self._loaded_config is None or self.runs_nothing:
             return
         from .store import Store
 
@@ -799,13 +803,14 @@ class OloproofPlugin:
 
     @property
     def runs_nothing(self) -> bool:
-        """pytest only lists the items (--collect-only) or their fixtures (--setup-only, --setup-plan).
+        """pytest only lists the items (--collect-only), their fixtures (--setup-only, --setup-plan,
+        --fixtures, --fixtures-per-test) or its cache (--cache-show).
 
         Collecting and inspecting never execute a case or spend money: no case runs ahead of
-        the items, no run or diagnosis is stored.
+        the items, no run or diagnosis is stored, no store is created.
         """
         opt = self.config.getoption
-        return bool(opt("collectonly", False) or opt("setuponly", False) or opt("setupplan", False))
+        return any(opt(name, None) for name in _LISTING_OPTIONS)
 
     def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
         from .prefetch import Prefetcher

@@ -6,8 +6,9 @@ compare.yaml, and the variable an `api_key_env` names); every boundary where
 text leaves the process (store files, cache keys and values, reports, JUnit
 properties and failure text, the step summary, the terminal, CLI output and
 error messages) passes its text through `redact()`. A value is also caught in
-the forms it takes on the wire or in JSON: JSON- and repr-escaped (once or twice), base64 (HTTP Basic
-credentials, alone or as `user:password`), and behind `Bearer `.
+the forms it takes on the wire or in JSON: JSON- and repr-escaped (once or twice), percent-encoded in a
+URL (as httpx logs a `user:password@` part or a path), base64 (HTTP Basic credentials, alone or as
+`user:password`), and behind `Bearer `.
 
 Values shorter than `MIN_SECRET_LENGTH` characters, and numbers or booleans
 (`depth: ${DEPTH}`), are not redacted: replacing "6" or "true" everywhere
@@ -20,11 +21,15 @@ import base64
 import json
 import re
 import threading
+import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
 MIN_SECRET_LENGTH = 6
 _NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+#: what a URL leaves unencoded besides letters, digits and -._~: nothing, a user:password part, a path
+#: (RFC 3986 sub-delims plus ':' / ':@/'); each also with '%' kept, as httpx keeps a '%' it cannot decode
+_URL_SAFE = ("", "!$&'()*+,;=:", "!$&'()*+,;=:@/")
 _USERINFO = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*)@")
 
 _lock = threading.Lock()
@@ -52,14 +57,17 @@ _REPR_ESCAPE = re.compile(r"\\(.)")
 
 def _forms(value: str) -> Iterable[str]:
     """A value as it may appear in text: itself, escaped once or twice (JSON of a repr, repr of a repr, ...),
-    and base64. A secret holding a quote or a backslash is shown escaped by pytest's failure text, by a
-    system's `repr` in a traceback, and by JSON in a record; each form is redacted."""
+    base64 and percent-encoded. A secret holding a quote or a backslash is shown escaped by pytest's failure
+    text, by a system's `repr` in a traceback, by JSON in a record and by a URL in httpx's log; each is redacted."""
     once = _escapes(value)
     yield value
     yield from once
     for form in once:
         yield from _escapes(form)
     yield base64.b64encode(value.encode("utf-8")).decode("ascii")
+    for safe in _URL_SAFE:  # percent-encoded, as a URL holds it (httpx's log line of a request)
+        yield urllib.parse.quote(value, safe=safe)
+        yield urllib.parse.quote(value, safe=safe + "%")
 
 
 def register(value: str, name: str) -> None:

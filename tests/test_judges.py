@@ -228,6 +228,9 @@ AMBIGUOUS_REPLIES = {
     "a key in another case": '{"Verdict": "fail"} then {"verdict": "pass"}',
     "a verdict nested after a string holding a brace": '{"note": "{", "final": {"verdict": "pass"}}',
     "a Python-style draft": "{'verdict': 'fail'} -- no wait: {\"verdict\": \"pass\"}",
+    "a JS-style final after a draft": 'Draft: {"verdict": "fail"}. On reflection: {verdict: pass}',
+    "a verdict in prose, then JSON": 'Verdict: FAIL\n{"verdict": "pass", "rationale": "ok"}',
+    "a key padded inside its quotes": '{" verdict ": "fail", "verdict": "pass"}',
 }
 
 

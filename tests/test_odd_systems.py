@@ -30,6 +30,8 @@ def _retrieve(input, depth):
         return Retrieval(query=input["q"], depth=1, candidates=(Passage("d1", text="t"),))
     if mode == "text_bytes":
         return one(text=b"raw bytes")
+    if mode == "text_surrogate":  # bytes decoded with errors="surrogateescape": no UTF-8 file can hold it
+        return one(text="caf\\udce9")
     if mode == "metadata_list":
         return one(text="t", metadata=[("k", "v")])
     if mode == "score_nan":
@@ -63,6 +65,8 @@ def _generate(input, context):
         out = {"answer": "ok", "trace": []}
         out["trace"].append(out)
         return out
+    if input["mode"] == "answer_surrogate" and not os.environ.get("FIXED"):  # half a surrogate pair
+        return {"answer": "ok \\ud83d"}
     if input["mode"] == "int_keys" and not os.environ.get("FIXED"):
         return {"answer": "ok", "by_rank": [{1: "d1"}]}
     if input["mode"] == "edits_metadata":
@@ -114,6 +118,8 @@ BROKEN = {
     ),
     "query_int_key": ("retrieve", "contract_violation", ["retrieve() query: query has the key 1 (int)"]),
     "cyclic": ("generate", "contract_violation", ["Circular reference"]),
+    "text_surrogate": ("retrieve", "contract_violation", ["lone surrogate ('\\udce9')", "no UTF-8 file"]),
+    "answer_surrogate": ("generate", "contract_violation", ["generate() returned text holding a lone surrogate"]),
 }
 INTACT = [
     "fine",

@@ -82,6 +82,51 @@ def test_setup_only_executes_nothing_and_stores_nothing(pytester: pytest.Pyteste
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ("-p", "no:cacheprovider", "--fixtures"),
+        ("-p", "no:cacheprovider", "--fixtures-per-test"),
+        ("-p", "no:cacheprovider", "--setup-plan"),
+        ("-p", "no:cacheprovider", "--setup-only", "-p", "xdist", "-n", "2"),
+        ("--cache-show",),
+    ],
+    ids=["fixtures", "fixtures-per-test", "setup-plan", "setup-only-n2", "cache-show"],
+)
+def test_listing_fixtures_or_the_cache_executes_nothing_and_creates_no_store(
+    pytester: pytest.Pytester, flags: tuple[str, ...]
+) -> None:
+    """--fixtures and --fixtures-per-test collect the items to list fixtures: the evaluation used to run
+    ahead of them (13 judge requests, a run stored); --setup-plan, --setup-only and --cache-show left an
+    empty store folder behind (the store's write probe)."""
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=8)
+        result = pytester.runpytest_subprocess("--oloproof", *flags)
+        requests = len(server.requests)
+    assert result.ret == 0, result.stdout.str()
+    assert calls(pytester) == [] and requests == 0
+    assert not (pytester.path / ".oloproof").exists()  # no run, no cache, not even an empty store
+
+
+def test_listing_needs_no_store_that_can_be_created(pytester: pytest.Pytester) -> None:
+    """A store that cannot be created (under a file here; under a read-only folder in a read-only checkout)
+    is a configuration error for a run, never for --collect-only or --fixtures, which write nothing."""
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        judged_project(pytester, server.base_url, concurrency=8)
+        (pytester.path / "blocker").write_text("a file where the store's folder would go\n")
+        config = pytester.path / "oloproof.yaml"
+        config.write_text(config.read_text().replace("store: .oloproof", "store: blocker/store"))
+        for flags in (("--collect-only", "-q"), ("--fixtures",)):
+            listed = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", *flags)
+            assert listed.ret == 0, listed.stdout.str()
+        ran = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
+        requests = len(server.requests)
+    assert ran.ret == 2
+    ran.stdout.fnmatch_lines(["*store: */blocker/store cannot be created: */blocker is a file; name a folder*"])
+    assert calls(pytester) == [] and requests == 0
+
+
+@pytest.mark.slow
 def test_oloproof_run_collect_only_executes_nothing(pytester: pytest.Pytester) -> None:
     with ScriptedServer([Reply.verdict("pass")]) as server:
         judged_project(pytester, server.base_url, concurrency=8)

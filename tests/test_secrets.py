@@ -320,6 +320,28 @@ def test_the_http_libraries_own_log_lines_are_redacted(
         assert form not in out, f"{form!r} leaked into the live log"
 
 
+def test_a_password_a_url_must_percent_encode_is_redacted_in_the_http_log(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """httpx logs the URL percent-encoded: a password or a path token holding `"`, `<` or `^` shows as
+    `%22`, `%3C`, `%5E` in its `HTTP Request:` line, and that form is redacted too."""
+    password, token = 'pw"Gz5^Hj2', 'tok"Q8r4<Ys1>'
+    monkeypatch.setenv("OLO_API_KEY", API_KEY)
+    monkeypatch.setenv("TOKEN", token)
+    monkeypatch.setenv("JUDGE_PW", password)
+    with ScriptedServer([Reply.verdict("pass")]) as server:
+        _project(pytester, server.base_url.removesuffix("/v1"))
+        result = pytester.runpytest_subprocess(
+            "--oloproof", "-p", "no:cacheprovider", "-o", "log_cli=true", "--log-cli-level=INFO"
+        )
+        assert server.requests  # the judges were asked: the log lines exist
+    out = result.stdout.str() + result.stderr.str()
+    assert "HTTP Request: POST http://judge:${JUDGE_PW}@" in out
+    assert "/${TOKEN}/chat/completions" in out
+    for leaked in ("Gz5", "Q8r4"):
+        assert leaked not in out, f"{leaked!r} leaked into the live log"
+
+
 QUOTED_SECRET = "p'w\"Gz5-Hj2\\Kl8"
 
 QUOTING = """

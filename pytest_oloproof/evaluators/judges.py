@@ -64,10 +64,11 @@ Reply with JSON only: {"verdict": "pass" or "fail", "rationale": "one or two sen
 """
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-#: A verdict key as a model may write it, in JSON or not: "verdict": or 'verdict': (any case, letters
-#: also as JSON \uXXXX escapes, which decode to the same key).
+#: A verdict key as a model may write it, in JSON or not: "verdict":, 'verdict':, " verdict ": or a bare
+#: verdict: (a JS-style object, or "Verdict: fail" in prose), in any case, letters also as JSON \uXXXX
+#: escapes (which decode to the same key); not part of a longer word, nor escaped inside a JSON string.
 _LETTERS = "".join(rf"(?:{c}|\\u00{ord(c):02x}|\\u00{ord(c.upper()):02x})" for c in "verdict")
-_VERDICT_KEY = re.compile(rf"""["']{_LETTERS}["']\s*:""", re.IGNORECASE)
+_VERDICT_KEY = re.compile(rf"""(?<![\w\\])["']?\s*{_LETTERS}\s*["']?\s*:""", re.IGNORECASE)
 #: Brackets tried when looking for the object that holds the verdict key, or for one around that object;
 #: a reply needing more is refused as ambiguous (it bounds the work at a few passes over the reply).
 _TRIES = 16
