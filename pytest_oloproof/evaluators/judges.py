@@ -65,7 +65,7 @@ Reply with JSON only: {"verdict": "pass" or "fail", "rationale": "one or two sen
 
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 #: A verdict key as a model may write it, in JSON or not: "verdict":, 'verdict':, " verdict ": or a bare
-#: verdict: (a JS-style object, or "Verdict: fail" in prose), in any case, letters also as JSON \uXXXX
+#: verdict: (a JS-style object, or "Verdict: fail" in prose), in any case, letters also as JSON \u
 #: escapes (which decode to the same key); not part of a longer word, nor escaped inside a JSON string.
 _LETTERS = "".join(rf"(?:{c}|\\u00{ord(c):02x}|\\u00{ord(c.upper()):02x})" for c in "verdict")
 _VERDICT_KEY = re.compile(rf"""(?<![\w\\])["']?\s*{_LETTERS}\s*["']?\s*:""", re.IGNORECASE)
