@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .aggregate import compute_metrics, missing_at_worst
+from .compare import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE
 from .errors import OloproofError
 from .policy import (
     FAIL,
@@ -40,7 +41,6 @@ from .policy import (
 from .store import Store
 
 SCHEMA = "oloproof.decision/1"
-EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
 #: the largest suite `plan_line` considers; beyond it, it says "more than"
 PLAN_CAP = 100_000
 
