@@ -23,7 +23,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .aggregate import compute_metrics, missing_at_worst
-from .compare import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE
+from .compare import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE, recorded_kind
 from .errors import OloproofError
 from .policy import (
     FAIL,
@@ -56,9 +56,9 @@ class DecisionError(OloproofError):
 
 def run_kind(record: Mapping[str, Any], criterion: str, values: Sequence[float]) -> str:
     """The kind the run recorded for the criterion (from its evaluator and labels); 0/1 values as a fallback."""
-    for e in record.get("evaluators") or []:
-        if e.get("criterion") == criterion and e.get("kind") in ("rate", "mean"):
-            return str(e["kind"])
+    recorded = recorded_kind(record, criterion)
+    if recorded is not None:
+        return recorded
     return "rate" if all(v in (0.0, 1.0) for v in values) else "mean"
 
 
