@@ -393,7 +393,9 @@ def _unstorable(value: CriterionValue) -> str | None:
     """
     data = value.to_json()
     try:
-        fastjson.dumps(data).encode("utf-8")  # the usual case: one fast encoding
+        text = fastjson.dumps(data)  # the usual case: one fast encoding
+        if not text.isascii():  # ASCII text always encodes (isascii is O(1)): no copy for it
+            text.encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         stack: list[tuple[str, Any]] = [("", data)]
         while stack:
