@@ -62,19 +62,14 @@ def run_kind(record: Mapping[str, Any], criterion: str, values: Sequence[float])
     return "rate" if all(v in (0.0, 1.0) for v in values) else "mean"
 
 
-def observed_values(record: Mapping[str, Any], criterion: str) -> tuple[list[float], int]:
-    """The criterion's observed values (cases in id order) and its count of missing cases."""
+def observed_values(cases: Sequence[Mapping[str, Any]], criterion: str) -> list[float]:
+    """The criterion's observed values, in the order of `cases`."""
     values: list[float] = []
-    missing = 0
-    for c in sorted(record.get("cases") or [], key=lambda c: c["id"]):
+    for c in cases:
         cv = (c.get("criteria") or {}).get(criterion)
-        if cv is None:
-            continue
-        if cv["status"] == "observed":
+        if cv is not None and cv["status"] == "observed":
             values.append(float(cv["value"]))
-        elif cv["status"] == "missing":
-            missing += 1
-    return values, missing
+    return values
 
 
 # ------------------------------------------------------------------ deciding
@@ -94,7 +89,7 @@ def decide_rows(
     rows = []
     cases = sorted(record.get("cases") or [], key=lambda c: c["id"])
     for d in p.run_decisions:
-        values, _ = observed_values(record, d.criterion)
+        values = observed_values(cases, d.criterion)
         kind = run_kind(record, d.criterion, values)
         m = compute_metrics(cases, [(d.criterion, kind)], confidence=confidence, seed=seed)[d.criterion]
         kind = m["kind"]
