@@ -363,7 +363,7 @@ def plan_comparison(
     reason: str,
 ) -> str:
     """One line for an undecided comparison decision: how many pairs would decide it (see the module's docstring)."""
-    from .compare import fmt_margin, paired_interval
+    from .compare import fmt_margin, paired_interval, worst_bounds
 
     if reason != INTERVAL_OVERLAPS_MARGIN:
         return f"not a question of sample size ({reason})"
@@ -394,8 +394,7 @@ def plan_comparison(
         c = scaled(counts, n)
         ps = [("", float(k[0]), float(k[1])) for k, m in c.items() if k != "missing" for _ in range(m)]  # type: ignore[index]
         if bound:
-            lo = paired_interval([*ps, *([("", 1.0, 0.0)] * c["missing"])], binary, conf, seed).low
-            hi = paired_interval([*ps, *([("", 0.0, 1.0)] * c["missing"])], binary, conf, seed).high
+            lo, hi = worst_bounds(ps, c["missing"], binary, conf, seed)
         else:
             iv = paired_interval(ps, binary, conf, seed)
             lo, hi = iv.low, iv.high
