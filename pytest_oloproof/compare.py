@@ -380,12 +380,23 @@ def worst_difference(
     """The difference's interval in points with each missing pair at its worst (−1 for the lower bound, +1 for
     the upper): it holds whatever the missing pairs' values would have been (SPEC §7)."""
     m = sum(pairing.missing.values())
-    cl = None if clusters is None else [*clusters, *([None] * m)]
-    worse = [*pairing.pairs, *([("", 1.0, 0.0)] * m)]
-    better = [*pairing.pairs, *([("", 0.0, 1.0)] * m)]
-    low = paired_interval(worse, binary, confidence, seed, cl).low
-    high = paired_interval(better, binary, confidence, seed, cl).high
+    low, high = worst_bounds(pairing.pairs, m, binary, confidence, seed, clusters)
     return {"low": _points(low), "high": _points(high), "pairs": len(pairing.pairs) + m}
+
+
+def worst_bounds(
+    pairs: Sequence[tuple[str, float, float]],
+    missing: int,
+    binary: bool,
+    confidence: float,
+    seed: int,
+    clusters: Sequence[Any] | None = None,
+) -> tuple[float, float]:
+    """The paired bounds (fractions) with `missing` more pairs, each at −1 for the lower bound and +1 for the upper."""
+    cl = None if clusters is None else [*clusters, *([None] * missing)]
+    low = paired_interval([*pairs, *([("", 1.0, 0.0)] * missing)], binary, confidence, seed, cl).low
+    high = paired_interval([*pairs, *([("", 0.0, 1.0)] * missing)], binary, confidence, seed, cl).high
+    return low, high
 
 
 def criterion_summary(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import traceback
 import weakref
 from collections.abc import Mapping, Sequence
@@ -17,6 +16,7 @@ from .evaluators.base import CandidateView, ContextPassage, CriterionValue, Eval
 from .evaluators.retrieval import qrels_of, units_of
 from .execute import EXECUTION_ENTRY, VERDICTS, cacheable
 from .identity import context_identity, judgment_key, sha256_of
+from .records import in_unit_interval
 
 #: Key of an execution record that holds verdicts judged ahead of its item (an `Ahead`, see prejudge.py);
 #: evaluate_record pops it and uses those verdicts instead of judging them again.
@@ -357,7 +357,7 @@ def _judge(
             value = ev.evaluate(x)
         if not isinstance(value, CriterionValue):
             raise TypeError(f"{ev!r}.evaluate() returned {type(value).__name__}, not a CriterionValue")
-        if (value.status == "observed" or value.value is not None) and not _in_unit_interval(value.value):
+        if (value.status == "observed" or value.value is not None) and not in_unit_interval(value.value):
             # what the store's readers accept (records.StoredCriterion): a run never writes a record it cannot read
             raise ValueError(
                 f"{ev!r}.evaluate() returned {value.value!r}; a criterion value must be a finite number in [0, 1] "
@@ -393,7 +393,9 @@ def _unstorable(value: CriterionValue) -> str | None:
     """
     data = value.to_json()
     try:
-        fastjson.dumps(data).encode("utf-8")  # the usual case: one fast encoding
+        text = fastjson.dumps(data)  # the usual case: one fast encoding
+        if not text.isascii():  # ASCII text always encodes (isascii is O(1)): no copy for it
+            text.encode("utf-8")
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
         stack: list[tuple[str, Any]] = [("", data)]
         while stack:
@@ -413,10 +415,6 @@ def _unstorable(value: CriterionValue) -> str | None:
                     )
         return f"{type(exc).__name__}: {exc}"
     return None
-
-
-def _in_unit_interval(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0
 
 
 def _log_spent(

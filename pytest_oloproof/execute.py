@@ -970,7 +970,8 @@ def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None
             f"case {case_id!r}: {what} returned a value that is not JSON-serialisable: {exc}", stage=stage
         ) from None
     try:
-        text.encode("utf-8")
+        if not text.isascii():  # (O(1) in CPython) ASCII text always encodes: no copy on the usual path
+            text.encode("utf-8")
     except UnicodeEncodeError as exc:  # a lone surrogate ('\ud800'): no record file can hold it
         raise ContractError(
             f"case {case_id!r}: {what} returned text holding a lone surrogate "

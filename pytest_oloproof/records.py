@@ -57,9 +57,14 @@ class StoredCriterion(_Stored):
         if self.status == "observed":
             if self.value is None:
                 raise ValueError("an observed criterion has no value (it should be a number in [0, 1])")
-            if not (math.isfinite(self.value) and 0.0 <= self.value <= 1.0):
+            if not in_unit_interval(self.value):
                 raise ValueError(f"value should be a number in [0, 1] (got {self.value!r})")
         return self
+
+
+def in_unit_interval(value: Any) -> bool:
+    """Whether `value` is a criterion value every reader accepts: a finite number in [0, 1]."""
+    return isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0
 
 
 class StoredError(_Stored):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from .aggregate import compute_metrics, missing_at_worst
+from .compare import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE, recorded_kind
 from .errors import OloproofError
 from .policy import (
     FAIL,
@@ -40,7 +41,6 @@ from .policy import (
 from .store import Store
 
 SCHEMA = "oloproof.decision/1"
-EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
 #: the largest suite `plan_line` considers; beyond it, it says "more than"
 PLAN_CAP = 100_000
 
@@ -56,25 +56,20 @@ class DecisionError(OloproofError):
 
 def run_kind(record: Mapping[str, Any], criterion: str, values: Sequence[float]) -> str:
     """The kind the run recorded for the criterion (from its evaluator and labels); 0/1 values as a fallback."""
-    for e in record.get("evaluators") or []:
-        if e.get("criterion") == criterion and e.get("kind") in ("rate", "mean"):
-            return str(e["kind"])
+    recorded = recorded_kind(record, criterion)
+    if recorded is not None:
+        return recorded
     return "rate" if all(v in (0.0, 1.0) for v in values) else "mean"
 
 
-def observed_values(record: Mapping[str, Any], criterion: str) -> tuple[list[float], int]:
-    """The criterion's observed values (cases in id order) and its count of missing cases."""
+def observed_values(cases: Sequence[Mapping[str, Any]], criterion: str) -> list[float]:
+    """The criterion's observed values, in the order of `cases`."""
     values: list[float] = []
-    missing = 0
-    for c in sorted(record.get("cases") or [], key=lambda c: c["id"]):
+    for c in cases:
         cv = (c.get("criteria") or {}).get(criterion)
-        if cv is None:
-            continue
-        if cv["status"] == "observed":
+        if cv is not None and cv["status"] == "observed":
             values.append(float(cv["value"]))
-        elif cv["status"] == "missing":
-            missing += 1
-    return values, missing
+    return values
 
 
 # ------------------------------------------------------------------ deciding
@@ -94,7 +89,7 @@ def decide_rows(
     rows = []
     cases = sorted(record.get("cases") or [], key=lambda c: c["id"])
     for d in p.run_decisions:
-        values, _ = observed_values(record, d.criterion)
+        values = observed_values(cases, d.criterion)
         kind = run_kind(record, d.criterion, values)
         m = compute_metrics(cases, [(d.criterion, kind)], confidence=confidence, seed=seed)[d.criterion]
         kind = m["kind"]
@@ -368,7 +363,7 @@ def plan_comparison(
     reason: str,
 ) -> str:
     """One line for an undecided comparison decision: how many pairs would decide it (see the module's docstring)."""
-    from .compare import fmt_margin, paired_interval
+    from .compare import fmt_margin, paired_interval, worst_bounds
 
     if reason != INTERVAL_OVERLAPS_MARGIN:
         return f"not a question of sample size ({reason})"
@@ -399,8 +394,7 @@ def plan_comparison(
         c = scaled(counts, n)
         ps = [("", float(k[0]), float(k[1])) for k, m in c.items() if k != "missing" for _ in range(m)]  # type: ignore[index]
         if bound:
-            lo = paired_interval([*ps, *([("", 1.0, 0.0)] * c["missing"])], binary, conf, seed).low
-            hi = paired_interval([*ps, *([("", 0.0, 1.0)] * c["missing"])], binary, conf, seed).high
+            lo, hi = worst_bounds(ps, c["missing"], binary, conf, seed)
         else:
             iv = paired_interval(ps, binary, conf, seed)
             lo, hi = iv.low, iv.high

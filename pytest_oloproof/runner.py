@@ -203,6 +203,19 @@ def usage_settings(s: Any) -> dict[str, Any]:
     return out
 
 
+def usage_fields(cases: Sequence[Mapping[str, Any]], header: Mapping[str, Any]) -> dict[str, Any]:
+    """`usage` (tokens, cost, saved) and `budget` (what the guard stopped) of slim `cases`, by the run header's
+    `pricing` and `budget` limits; a key is left out when there is nothing to say."""
+    out: dict[str, Any] = {}
+    summary = usage.summarize(cases, header.get("pricing"))
+    if summary is not None:
+        out["usage"] = summary
+    budget = usage.budget_summary(cases, header.get("budget"))
+    if budget is not None:
+        out["budget"] = budget
+    return out
+
+
 def describe_evaluators(
     evaluators: Sequence[Evaluator], labels: Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
@@ -451,14 +464,7 @@ class RunRecorder:
 
     def usage_fields(self) -> dict[str, Any]:
         """`usage` (tokens, cost, saved) and `budget` (what the guard stopped) of the cases recorded so far."""
-        out: dict[str, Any] = {}
-        summary = usage.summarize(self.cases, self.header.get("pricing"))
-        if summary is not None:
-            out["usage"] = summary
-        budget = usage.budget_summary(self.cases, self.header.get("budget"))
-        if budget is not None:
-            out["budget"] = budget
-        return out
+        return usage_fields(self.cases, self.header)
 
     def _reconcile(self) -> None:
         """After an interruption, count exactly the cases in cases.jsonl.

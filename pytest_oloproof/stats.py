@@ -19,7 +19,7 @@ import importlib
 import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -99,13 +99,18 @@ def _check_confidence(confidence: float) -> None:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
 
 
+def _is_number(value: object) -> TypeGuard[int | float | np.integer[Any] | np.floating[Any]]:
+    """Whether ``value`` is a real number (a bool, a numpy bool or a string is not)."""
+    return not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, float, np.integer, np.floating))
+
+
 def _as_array(values: Sequence[float], lo: float, hi: float, what: str) -> np.ndarray:
     """Float array of ``values``, checked to be real numbers (not strings, not booleans), finite and within [lo, hi]."""
     if isinstance(values, (str, bytes)):
         raise ValueError(f"{what} must be a sequence of numbers, got the string {values!r}; pass a list of floats")
     items = list(values)
     for i, v in enumerate(items):
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        if not _is_number(v):
             raise ValueError(
                 f"{what}[{i}] is {v!r} ({type(v).__name__}), not a number; pass floats in [{lo}, {hi}]"
                 + (" (True/False: use 1.0/0.0)" if isinstance(v, (bool, np.bool_)) else "")
@@ -122,7 +127,7 @@ def _as_array(values: Sequence[float], lo: float, hi: float, what: str) -> np.nd
 
 def _check_count(value: object, name: str) -> int:
     """``value`` as a non-negative whole count: NaN, fractions, booleans and strings are refused."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+    if not _is_number(value):
         raise ValueError(f"{name} must be a whole number of cases, got {value!r} ({type(value).__name__})")
     if not math.isfinite(float(value)) or float(value) != int(value) or value < 0:
         raise ValueError(f"{name} must be a non-negative whole number of cases, got {value!r}; pass an int")
@@ -164,7 +169,7 @@ def clopper_pearson(k: float, n: int, confidence: float = 0.95) -> tuple[float, 
     """
     _check_confidence(confidence)
     n = _check_count(n, "n")
-    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, float, np.integer, np.floating)):
+    if not _is_number(k):
         raise ValueError(f"k must be a number of successes, got {k!r} ({type(k).__name__}); pass an int or a float")
     if not math.isfinite(float(k)):
         raise ValueError(f"k must be a number of successes in [0, n], got {k!r}")

@@ -631,19 +631,13 @@ def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> 
     The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
     with a note saying where it comes from: the run reads as incomplete, never as empty or complete.
     """
-    from . import usage
     from .aggregate import summarize_run, summary_settings
-    from .runner import slim_case
+    from .runner import slim_case, usage_fields
 
     slim = [slim_case(c) for c in cases]
     settings = summary_settings({k: v for k, v in header.items() if v is not None})  # null: the default
     out = summarize_run(slim, settings)
-    spent = usage.summarize(slim, header.get("pricing"))
-    if spent is not None:
-        out["usage"] = spent
-    budget = usage.budget_summary(slim, header.get("budget"))  # the header holds only the limits
-    if budget is not None:
-        out["budget"] = budget
+    out.update(usage_fields(slim, header))  # the header's budget holds only the limits
     out["note"] = (
         f"run.json holds only the header written when the run started (the run was stopped before it "
         f"finished, or is still going): this summary is computed from the {len(cases)} case(s) in cases.jsonl"
