@@ -215,9 +215,12 @@ class CaseItem(pytest.Function):
         `support-rag[refund_annual]` back as a name and a parameter; built from that name
         alone, the item's own id kept it whole and never matched. Same text, same id.
         """
-        own = super().id
-        parse = getattr(type(own), "parse", None)
-        return parse(str(own)) if parse is not None else own
+        parsed = self.__dict__.get("_oloproof_id")
+        if parsed is None:  # parsed once: pytest asks for it several times per item
+            own = super().id
+            parse = getattr(type(own), "parse", None)
+            parsed = self.__dict__["_oloproof_id"] = parse(str(own)) if parse is not None else own
+        return parsed
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         line = None
