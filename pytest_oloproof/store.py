@@ -461,17 +461,20 @@ class Store:
         """How many case records cases.jsonl holds so far (for a listing; a torn last line is not counted)."""
         return sum(1 for _ in self.iter_cases(run_id, strict=False))
 
+    def doc_path(self, kind: str, doc_id: str) -> Path:
+        """Where a content-addressed document (`sha256:<hex>` or the bare hex) of a kind lives."""
+        return self.root / KIND_DIRS[kind] / f"{doc_id.removeprefix('sha256:')}.json"
+
     def save_doc(self, kind: str, doc: Mapping[str, Any]) -> str:
-        """Store a diagnosis or comparison content-addressed; returns `sha256:<hex>`."""
+        """Store a diagnosis, comparison or decision content-addressed; returns `sha256:<hex>`."""
         digest = sha256_of(doc)
-        path = self.root / KIND_DIRS[kind] / f"{digest}.json"
+        path = self.doc_path(kind, digest)
         if not path.exists():
             atomic_write_text(path, canonical_json(doc) + "\n")
         return f"sha256:{digest}"
 
     def load_doc(self, kind: str, doc_id: str) -> dict[str, Any]:
-        digest = doc_id.removeprefix("sha256:")
-        path = self.root / KIND_DIRS[kind] / f"{digest}.json"
+        path = self.doc_path(kind, doc_id)
         try:
             doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

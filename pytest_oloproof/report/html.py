@@ -22,6 +22,7 @@ from typing import Any
 
 from markupsafe import Markup
 
+from ..errors import StoreError
 from ..store import Store, atomic_write_text
 from . import model
 
@@ -115,13 +116,12 @@ def _latest_decision(store: Store | None, run_id: str) -> tuple[str, dict[str, A
     """
     if store is None:
         return None
-    folder = store.root / "decisions"
     best: tuple[float, str, dict[str, Any]] | None = None
     for doc_id in store.docs("decision"):
         try:
             doc = store.load_doc("decision", doc_id)
-            stamp = (folder / f"{doc_id.removeprefix('sha256:')}.json").stat().st_mtime
-        except Exception:
+            stamp = store.doc_path("decision", doc_id).stat().st_mtime
+        except (StoreError, OSError):  # unreadable, or removed since it was listed: not this page's decision
             continue
         if (doc.get("run") or {}).get("run_id") == run_id and (best is None or stamp > best[0]):
             best = (stamp, doc_id, doc)
