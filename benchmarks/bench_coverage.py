@@ -13,9 +13,9 @@ Methods:
   betting — the seeded random-order betting interval Oloproof used before (Waudby-Smith &
             Ramdas 2024, `pytest_oloproof.betting`; clusters: every payoff scaled by the
             largest cluster).
-  mixture — the order-free betting mixture of `pytest_oloproof.mixture`, what Oloproof uses
+  mixture — the order-free betting mixture of `pytest_oloproof.stats.mixture`, what Oloproof uses
             below 100 independent units (clusters: each cluster's bet sized by its own size).
-  gaffke  — Gaffke's bound, `pytest_oloproof.gaffke`, at every n, on sorted units with one
+  gaffke  — Gaffke's bound, `pytest_oloproof.stats.gaffke`, at every n, on sorted units with one
             seeded set of Monte Carlo weights per cell (one run's seed fixes them);
             clustered data only when all clusters have one size (otherwise "-").
   now     — what Oloproof prints: the mixture below 100 units, Gaffke's from 100 where it applies.
@@ -46,8 +46,8 @@ import _betting as betting  # the interval Oloproof used before, kept here to me
 import numpy as np
 from scipy import special, stats
 
-from pytest_oloproof import gaffke, mixture, paired_exact
-from pytest_oloproof.stats import GAFFKE_FROM
+from pytest_oloproof.stats import gaffke, mixture, paired_exact
+from pytest_oloproof.stats.intervals import GAFFKE_FROM
 
 ALPHA = 0.05
 SIZES = (5, 13, 30, 100, 200)

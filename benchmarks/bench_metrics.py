@@ -6,7 +6,7 @@ Both sides start from the same per-case records (dicts as stored in cases.jsonl)
 and compute, per criterion, the observed/missing/excluded accounting, the
 estimate and its interval: Clopper-Pearson (scipy.stats.beta) for the two pass
 rates, and for the graded mean the interval Oloproof uses at that n (from 100 cases
-Gaffke's bound, `pytest_oloproof.gaffke`, called directly on a numpy array with the
+Gaffke's bound, `pytest_oloproof.stats.gaffke`, called directly on a numpy array with the
 run's seed, on the sorted values; below, the betting mixture). The time of a
 t-interval floor (the method before issue 13) is printed too, to show what the
 interval itself costs.
@@ -21,9 +21,9 @@ import time
 import numpy as np
 from scipy import stats
 
-from pytest_oloproof import gaffke, mixture
-from pytest_oloproof.aggregate import compute_metrics
-from pytest_oloproof.stats import GAFFKE_FROM
+from pytest_oloproof.stats import gaffke, mixture
+from pytest_oloproof.stats.aggregate import compute_metrics
+from pytest_oloproof.stats.intervals import GAFFKE_FROM
 
 CRITERIA = [("answer_correct", "rate"), ("hit_rate_at_4", "rate"), ("ndcg_at_10", "mean")]
 

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import special
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from pytest_oloproof.stats import Interval, paired_rate_interval, tango_interval
+from pytest_oloproof.stats.intervals import Interval, paired_rate_interval, tango_interval
 
 METHODS: dict[str, Callable[[int, int, int, float], Interval]] = {
     "tango": tango_interval,

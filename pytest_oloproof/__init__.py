@@ -7,10 +7,10 @@ from typing import Any, TypeVar
 
 __version__ = "0.1.0"
 
-from .errors import Transient
-from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
-from .system import Passage, Retrieval, rag_system
-from .usage import report_usage
+from pytest_oloproof.errors import Transient
+from pytest_oloproof.evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
+from pytest_oloproof.system.declare import Passage, Retrieval, rag_system
+from pytest_oloproof.usage.accounting import report_usage
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -170,7 +170,7 @@ class Project:
 
     def run(self, config: str = "oloproof.yaml", status: str = "complete") -> str:
         """Record a run through the core (no pytest), returning its id."""
-        from pytest_oloproof.runner import Evaluation, RunRecorder, run_cases
+        from pytest_oloproof.session import Evaluation, RunRecorder, run_cases
 
         ev = Evaluation.load(self.root / config)
         try:

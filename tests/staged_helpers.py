@@ -132,7 +132,7 @@ def clear_calls(pytester: pytest.Pytester) -> None:
 
 def run_records(store: Path) -> list[dict[str, Any]]:
     """Every run record under a store, oldest first, with cases inline."""
-    from pytest_oloproof.store import Store
+    from pytest_oloproof.store.files import Store
 
     s = Store(store)
     return [s.load_run(rid) for rid in reversed(s.run_ids())]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pytest_oloproof.aggregate import compute_metrics, compute_slices, summarize
 from pytest_oloproof.evaluators.answers import Contains
 from pytest_oloproof.evaluators.citations import CitationValidity
 from pytest_oloproof.evaluators.retrieval import MRR, NDCG, HitRate, Precision, Recall
+from pytest_oloproof.stats.aggregate import compute_metrics, compute_slices, summarize
 
 
 def test_evaluator_kinds() -> None:

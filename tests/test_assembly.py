@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from staged_helpers import by_id, case, last_run, rag_project
 
-from pytest_oloproof.assembly import Assembly, assemble
+from pytest_oloproof.system.assembly import Assembly, assemble
 
 
 def test_budget_exactly_met_is_kept() -> None:

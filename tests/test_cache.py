@@ -12,7 +12,7 @@ import diskcache
 import pytest
 from staged_helpers import RAG_SOURCE, by_id, calls, case, cases_text, clear_calls, config_text, last_run, unique_module
 
-from pytest_oloproof.cache import CacheMode, Caches, parse_mode
+from pytest_oloproof.cache.caches import CacheMode, Caches, parse_mode
 
 SETTINGS = {"name": "cached", "version": "v1", "depth": 4, "top_k": 2, "token_budget": 100, "index_version": "i1"}
 
@@ -514,7 +514,7 @@ def _rows(directory: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def test_a_group_write_leaves_the_rows_cache_set_leaves(tmp_path: Path) -> None:
-    from pytest_oloproof.cache import _row_layout, open_diskcache, write_group
+    from pytest_oloproof.cache.caches import _row_layout, open_diskcache, write_group
 
     big = "x" * 40_000  # diskcache keeps this in a file
     before = {"retrieve:small": "old", "retrieve:filed": big, "retrieve:stays": "kept"}

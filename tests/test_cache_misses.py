@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from pytest_oloproof.missreasons import lines
-from pytest_oloproof.store import Store
+from pytest_oloproof.cache.miss_reasons import lines
+from pytest_oloproof.store.files import Store
 from tests.diagnose_project import Project, finished
 
 
@@ -100,7 +100,7 @@ def test_changed_evaluator_settings_explain_judgment_misses(project: Project) ->
 
 def test_a_cleared_cache_and_a_refresh_say_so(project: Project) -> None:
     project.run()
-    from pytest_oloproof.cache import CacheMode, Caches
+    from pytest_oloproof.cache.caches import CacheMode, Caches
 
     Caches(Store(project.store).cache_dir, CacheMode.READWRITE).clear()
     m = misses(project, project.run())

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from pytest_oloproof.cases import Case, GoldPassage, RelevantUnit, load_cases
 from pytest_oloproof.errors import CaseFileError
+from pytest_oloproof.records.cases import Case, GoldPassage, RelevantUnit, load_cases
 
 REFUND = {
     "id": "refund_annual",
@@ -576,7 +576,7 @@ def test_error_message_lists_every_error(tmp_path: Path) -> None:
 
 
 def test_module_does_not_import_pytest() -> None:
-    import pytest_oloproof.cases as module
+    import pytest_oloproof.records.cases as module
 
     source = Path(module.__file__).read_text(encoding="utf-8")
     assert "import pytest" not in source

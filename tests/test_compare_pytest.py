@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_oloproof.store import Store
+from pytest_oloproof.store.files import Store
 
 N_CASES = 40
 

@@ -16,9 +16,9 @@ from staged_helpers import (
     unique_module,
 )
 
-from pytest_oloproof.config import find_config, load_config
+from pytest_oloproof.config.settings import find_config, load_config
 from pytest_oloproof.errors import ConfigError
-from pytest_oloproof.runner import Evaluation
+from pytest_oloproof.session import Evaluation
 
 BASE = """system:
   name: s

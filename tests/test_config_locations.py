@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from staged_helpers import RAG_SOURCE, case, cases_text, unique_module
 
-from pytest_oloproof.config import load_config
+from pytest_oloproof.config.settings import load_config
 from pytest_oloproof.errors import OloproofError
-from pytest_oloproof.runner import Evaluation
+from pytest_oloproof.session import Evaluation
 
 BASE = """system:
   name: s
@@ -290,7 +290,7 @@ def test_non_utf8_byte_is_an_error_with_file_and_offset(tmp_path: Path) -> None:
 
 
 def test_non_utf8_compare_yaml_is_an_error_with_file_and_offset(tmp_path: Path) -> None:
-    from pytest_oloproof.policy import load_policy
+    from pytest_oloproof.compare.policy import load_policy
 
     policy = tmp_path / "compare.yaml"
     policy.write_bytes(b"decisions:\n  - criterion: caf\xc3\n")

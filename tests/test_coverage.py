@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from scipy import special, stats
 
-from pytest_oloproof.stats import Interval, mean_interval, paired_mean_diff_interval
+from pytest_oloproof.stats.intervals import Interval, mean_interval, paired_mean_diff_interval
 
 REPS = 400
 
@@ -138,8 +138,8 @@ def test_missing_at_worst_keeps_95_percent_when_the_hard_cases_go_missing() -> N
     """Informative missingness (a failed case goes missing 40% of the time, a passed one 4%): the interval over the
     observed cases alone misses the truth most of the time; the one with each missing case at its worst (the
     accounting's "with missing at worst", `aggregate.missing_at_worst`) still holds it (bench_coverage.py --missing)."""
-    from pytest_oloproof.aggregate import missing_at_worst
-    from pytest_oloproof.stats import rate_interval
+    from pytest_oloproof.stats.aggregate import missing_at_worst
+    from pytest_oloproof.stats.intervals import rate_interval
 
     rng = np.random.default_rng(20261201)
     observed_only = at_worst = 0

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from pytest_oloproof import cli
-from pytest_oloproof.diagnose import Diagnoser, DiagnosisError, Request, implicated, render
-from pytest_oloproof.runner import Evaluation
+from pytest_oloproof.diagnose.diagnosis import Diagnoser, DiagnosisError, Request, implicated, render
+from pytest_oloproof.session import Evaluation
 from tests.diagnose_project import EXPECTED_LABELS, Project, finished
 
 HYPOTHESIS = "This is a hypothesis to test, not an established cause."

@@ -109,7 +109,7 @@ def test_example_walk_through_figures(tmp_path: Path) -> None:
         import io, contextlib, json
         from pathlib import Path
         from pytest_oloproof.cli import main
-        from pytest_oloproof.store import Store
+        from pytest_oloproof.store.files import Store
 
         def call(*args):
             buf = io.StringIO()

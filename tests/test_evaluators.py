@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from pytest_oloproof.config import EvaluatorSettings
+from pytest_oloproof.config.settings import EvaluatorSettings
 from pytest_oloproof.errors import ConfigError
-from pytest_oloproof.evaluation import failed_criteria, missing_criteria
+from pytest_oloproof.evaluate.record import failed_criteria, missing_criteria
 from pytest_oloproof.evaluators import Registry
 from pytest_oloproof.evaluators.answers import Contains, ExactMatch, Regex
 from pytest_oloproof.evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pytest_oloproof import stats
-from pytest_oloproof.store import Store
+from pytest_oloproof.stats import intervals as stats
+from pytest_oloproof.store.files import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "support_rag"

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from pytest_oloproof import fastjson
+from pytest_oloproof.records import fastjson
 
 
 @pytest.mark.parametrize(

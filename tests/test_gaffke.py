@@ -1,4 +1,4 @@
-"""Gaffke's bound (pytest_oloproof.gaffke) and where `stats` uses it instead of the betting mixture."""
+"""Gaffke's bound (pytest_oloproof.stats.gaffke) and where `stats` uses it instead of the betting mixture."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_oloproof import gaffke
-from pytest_oloproof.stats import (
+from pytest_oloproof.stats import gaffke
+from pytest_oloproof.stats.intervals import (
     GAFFKE_FROM,
     mean_interval,
     mean_pairs_needed_without_change,
@@ -132,7 +132,7 @@ def test_gaffke_coverage_and_width_at_100() -> None:
 
 
 def test_comparisons_use_gaffke_from_100_pairs() -> None:
-    from pytest_oloproof.compare import paired_interval
+    from pytest_oloproof.compare.comparison import paired_interval
 
     rng = np.random.default_rng(12)
     base = rng.beta(4, 2, 120)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from staged_helpers import assert_nothing_written, calls, case, rag_project, run_records
 
-from pytest_oloproof import metrics
-from pytest_oloproof.cases import load_cases
-from pytest_oloproof.config import load_config
+from pytest_oloproof.config.settings import load_config
 from pytest_oloproof.errors import CaseFileError, ConfigError, StoreError
-from pytest_oloproof.store import Store
+from pytest_oloproof.records.cases import load_cases
+from pytest_oloproof.stats import metrics
+from pytest_oloproof.store.files import Store
 
 GOOD = '{"id": "ok", "input": {"q": "x"}}'
 
@@ -113,7 +113,7 @@ def test_bad_config_is_a_precise_error(tmp_path: Path, name: str) -> None:
 def test_a_system_object_that_cannot_be_imported_is_a_config_error(
     tmp_path: Path, module: str | None, phrases: list[str]
 ) -> None:
-    from pytest_oloproof.system import load_object
+    from pytest_oloproof.system.declare import load_object
 
     spec = ".app:answer"
     if module is not None:
@@ -239,7 +239,7 @@ def test_a_store_that_cannot_be_created_is_a_usage_error_before_any_case(pyteste
 
 
 def test_a_policy_path_that_is_a_folder_says_so(tmp_path: Path) -> None:
-    from pytest_oloproof.policy import load_policy
+    from pytest_oloproof.compare.policy import load_policy
 
     with pytest.raises(ConfigError, match="is a folder; give the path of a policy file"):
         load_policy(tmp_path)

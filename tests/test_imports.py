@@ -11,7 +11,8 @@ from oloproof_project import case, make_project
 
 CHECK = """
 import sys
-import pytest_oloproof.plugin, pytest_oloproof.runner, pytest_oloproof.evaluators.judges, pytest_oloproof.cache
+import pytest_oloproof.pytest_plugin.plugin, pytest_oloproof.session
+import pytest_oloproof.evaluators.judges, pytest_oloproof.cache.caches
 print(sorted(m for m in ("httpx", "scipy.stats", "diskcache") if m in sys.modules))
 """
 

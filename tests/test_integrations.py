@@ -543,8 +543,8 @@ def test_llama_index_usage_handler_counts_a_completion_inside_a_chat_once() -> N
     from llama_index.core.llms import ChatMessage, CompletionResponse, MockLLM
     from llama_index.core.llms.callbacks import llm_completion_callback
 
-    from pytest_oloproof import usage
     from pytest_oloproof.integrations import llama_index as adapter
+    from pytest_oloproof.usage import accounting as usage
 
     class Metered(MockLLM):
         @llm_completion_callback()
@@ -568,8 +568,8 @@ def test_langchain_usage_callback_reads_llm_output_when_messages_carry_none() ->
     from langchain_core.messages import AIMessage
     from langchain_core.outputs import ChatGeneration, Generation, LLMResult
 
-    from pytest_oloproof import usage
     from pytest_oloproof.integrations.langchain import UsageCallback
+    from pytest_oloproof.usage import accounting as usage
 
     legacy = LLMResult(
         generations=[[Generation(text="a")]],

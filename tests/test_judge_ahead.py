@@ -242,11 +242,11 @@ def test_judge_retries_timeouts_and_errors_hold_ahead_of_the_items(pytester: pyt
 
 
 def test_which_evaluators_may_run_ahead_and_on_how_many_threads(tmp_path: Path) -> None:
+    from pytest_oloproof.engine.prejudge import judge_threads, may_judge_ahead
     from pytest_oloproof.evaluators.answers import Contains
     from pytest_oloproof.evaluators.judges import GroundednessJudge
-    from pytest_oloproof.prejudge import judge_threads, may_judge_ahead
-    from pytest_oloproof.providers import OpenAIProvider
-    from pytest_oloproof.usage import Budget
+    from pytest_oloproof.evaluators.providers import OpenAIProvider
+    from pytest_oloproof.usage.accounting import Budget
 
     contains = Contains(criterion="answer_correct")
     judge = GroundednessJudge(provider=OpenAIProvider("http://127.0.0.1:9/v1", "m", concurrency=6))
@@ -300,7 +300,7 @@ def test_the_openai_provider_loads_its_ca_bundle_once_not_per_request(monkeypatc
     """A TLS context per request cost about 40 ms of CPU per judge call: more than the judged run's stages."""
     import ssl
 
-    from pytest_oloproof.providers import OpenAIProvider
+    from pytest_oloproof.evaluators.providers import OpenAIProvider
 
     loads: list[object] = []
     original = ssl.SSLContext.load_verify_locations

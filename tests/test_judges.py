@@ -12,6 +12,12 @@ from typing import Any
 import pytest
 
 from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.evaluate.judge_validation import (
+    JudgeLabelsError,
+    judge_identity,
+    passing_validation,
+    validate_judge,
+)
 from pytest_oloproof.evaluators.base import ContextPassage, CriterionValue, EvalInput
 from pytest_oloproof.evaluators.judges import (
     GROUNDEDNESS_PROMPT_V1,
@@ -23,13 +29,7 @@ from pytest_oloproof.evaluators.judges import (
     claim_for,
     parse_verdict,
 )
-from pytest_oloproof.judge_validation import (
-    JudgeLabelsError,
-    judge_identity,
-    passing_validation,
-    validate_judge,
-)
-from pytest_oloproof.providers import (
+from pytest_oloproof.evaluators.providers import (
     OpenAIProvider,
     ProviderError,
     PythonProvider,
@@ -701,8 +701,8 @@ def test_default_prompt_is_versioned_and_values_are_not_re_rendered() -> None:
 def test_an_evaluator_returning_text_no_file_can_hold_costs_only_its_criterion(tmp_path: Path) -> None:
     """Any evaluator, not only a judge: a lone surrogate in its value is a missing criterion, not a verdict
     that breaks the case's record (and every other criterion of it) when it is written."""
-    from pytest_oloproof.cache import Caches
-    from pytest_oloproof.evaluation import judge_one
+    from pytest_oloproof.cache.caches import Caches
+    from pytest_oloproof.evaluate.record import judge_one
     from pytest_oloproof.evaluators.base import Evaluator
 
     class Odd(Evaluator):
@@ -750,7 +750,7 @@ def test_a_deadline_passed_is_retried_like_any_timeout() -> None:
 
 def test_a_reply_over_the_limit_is_refused_on_the_wire() -> None:
     """A plain reply of 5 MiB: refused without a retry, whether its length is declared or not."""
-    from pytest_oloproof.providers import MAX_REPLY_BYTES
+    from pytest_oloproof.evaluators.providers import MAX_REPLY_BYTES
 
     padding = "x" * (MAX_REPLY_BYTES + (1 << 20))
     big = {"choices": [{"message": {"content": '{"verdict": "pass"}'}}], "padding": padding}
@@ -767,7 +767,7 @@ def test_a_gzip_bomb_is_refused_and_memory_stays_bounded() -> None:
     never holds much more than the limit (measured with tracemalloc: every bytes object is counted)."""
     import tracemalloc
 
-    from pytest_oloproof.providers import MAX_REPLY_BYTES
+    from pytest_oloproof.evaluators.providers import MAX_REPLY_BYTES
     from tests.judge_server import gzip_bomb
 
     bomb = gzip_bomb(200 << 20)

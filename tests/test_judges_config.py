@@ -15,7 +15,7 @@ import pytest
 from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.judges import CitationSupportJudge, GroundednessJudge
 from pytest_oloproof.evaluators.registry import _options_of
-from pytest_oloproof.runner import Evaluation
+from pytest_oloproof.session import Evaluation
 from tests.judge_server import Recorded, Reply, ScriptedServer
 
 SYSTEM = """
@@ -324,7 +324,7 @@ def test_every_judge_example_in_the_readme_builds(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     import yaml
 
-    from pytest_oloproof.config import EvaluatorSettings
+    from pytest_oloproof.config.settings import EvaluatorSettings
     from pytest_oloproof.evaluators.registry import Registry
 
     readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
@@ -345,7 +345,7 @@ def test_every_judge_example_in_the_readme_builds(tmp_path: Path, monkeypatch: p
 def test_a_subclass_forwarding_kwargs_keeps_its_bases_settings_and_their_checks() -> None:
     from typing import Any
 
-    from pytest_oloproof.config import EvaluatorSettings
+    from pytest_oloproof.config.settings import EvaluatorSettings
     from pytest_oloproof.evaluators import CriterionValue, EvalInput, Evaluator
     from pytest_oloproof.evaluators.registry import Registry
 

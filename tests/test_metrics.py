@@ -1,4 +1,4 @@
-"""Tests for pytest_oloproof.metrics: hand-computed cases and agreement with trec_eval."""
+"""Tests for pytest_oloproof.stats.metrics: hand-computed cases and agreement with trec_eval."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from pytest_oloproof import metrics
-from pytest_oloproof.metrics import (
+from pytest_oloproof.stats import metrics
+from pytest_oloproof.stats.metrics import (
     NoRelevantUnits,
     best_relevant_position,
     first_occurrence_gains,

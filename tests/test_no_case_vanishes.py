@@ -19,11 +19,11 @@ from typing import Any
 import pytest
 
 from pytest_oloproof import Passage, Retrieval
-from pytest_oloproof.cache import Caches
-from pytest_oloproof.execute import Engine, ResolvedSystem, RunGate, _Gate, cancel_task
-from pytest_oloproof.identity import execution_key
-from pytest_oloproof.runner import RunRecorder
-from pytest_oloproof.store import Store
+from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.engine.stages import Engine, ResolvedSystem, RunGate, _Gate, cancel_task
+from pytest_oloproof.records.identity import execution_key
+from pytest_oloproof.session import RunRecorder
+from pytest_oloproof.store.files import Store
 from tests.test_scale import SYSCONF, ScriptedSystem, make_case, make_engine
 
 
@@ -268,7 +268,7 @@ class System:
 
 # an Oloproof bug for one case, in every process of the session (xdist workers load it too)
 BUGGY_CONFTEST = """
-import pytest_oloproof.evaluation as evaluation
+import pytest_oloproof.evaluate.record as evaluation
 
 _original = evaluation.relevant_position
 
@@ -359,7 +359,7 @@ def test_every_selected_case_is_recorded_whatever_fails(
 # Ctrl-C lands in an item after its case executed (and was cached) but before its report was recorded.
 INTERRUPT_CONFTEST = """
 import os
-import pytest_oloproof.evaluation as evaluation
+import pytest_oloproof.evaluate.record as evaluation
 
 _original = evaluation.relevant_position
 _pressed = []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from staged_helpers import assert_nothing_written, by_id, config_text, last_run, unique_module
 
-from pytest_oloproof.cache import Caches
+from pytest_oloproof.cache.caches import Caches
 
 # One system whose misbehaviour is chosen by the case's `mode`; FIXED=1 in the environment repairs it.
 ODD = """

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from scipy import integrate, special, stats
 
-from pytest_oloproof import paired_exact
-from pytest_oloproof.stats import (
+from pytest_oloproof.stats import paired_exact
+from pytest_oloproof.stats.intervals import (
     Interval,
     paired_rate_interval,
     pairs_needed_without_change,

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_oloproof.errors import ConfigError
-from pytest_oloproof.policy import (
+from pytest_oloproof.compare.policy import (
     FAIL,
     INSUFFICIENT,
     PASS,
@@ -18,7 +17,8 @@ from pytest_oloproof.policy import (
     Superiority,
     load_policy,
 )
-from pytest_oloproof.stats import pairs_needed_without_change
+from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.stats.intervals import pairs_needed_without_change
 
 NEXT_UP = math.nextafter  # the smallest step away from a boundary
 

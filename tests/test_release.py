@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from scipy.stats import binomtest
 
-from pytest_oloproof import stats
+from pytest_oloproof.compare.policy import load_policy
+from pytest_oloproof.compare.release import decide_run, scaled
 from pytest_oloproof.errors import ConfigError
-from pytest_oloproof.policy import load_policy
-from pytest_oloproof.release import decide_run, scaled
-from pytest_oloproof.store import Store
+from pytest_oloproof.stats import intervals as stats
+from pytest_oloproof.store.files import Store
 from tests.test_compare import make_run
 
 
@@ -309,7 +309,7 @@ def test_plan_of_a_comparison(store: Store, tmp_path: Path) -> None:
 
 def test_latest_skips_diagnosis_child_runs(store: Store) -> None:
     parent = rate_run(store, 3, 1)
-    from pytest_oloproof.runner import RunRecorder
+    from pytest_oloproof.session import RunRecorder
 
     head = store.run_header(parent)
     keep = ("system", "evaluators", "slices", "min_slice_support", "confidence", "seed")
@@ -359,7 +359,7 @@ def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: St
     # the step summary's decisions table says the same, and the plan line follows it
     from markdown_it import MarkdownIt
 
-    from pytest_oloproof.compare import markdown
+    from pytest_oloproof.compare.comparison import markdown
 
     doc_id = lines[0].split()[1]
     html = MarkdownIt("commonmark").enable("table").render(markdown(store.load_doc("comparison", doc_id), doc_id))
@@ -368,7 +368,7 @@ def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: St
 
 
 def test_runs_whose_recall_kinds_differ_are_compared_as_means_and_say_so(store: Store) -> None:
-    from pytest_oloproof.compare import compare_runs
+    from pytest_oloproof.compare.comparison import compare_runs
 
     def run(kind: str) -> str:
         ev = [{"criterion": "recall_at_2", "type": "recall", "kind": kind, "asserts": False, "settings": {}}]

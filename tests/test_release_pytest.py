@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from scipy.stats import binomtest
 
-from pytest_oloproof.store import Store
+from pytest_oloproof.store.files import Store
 from tests.oloproof_project import case, make_project, row
 
 RECALL = {"type": "recall", "k": 2}

@@ -384,7 +384,7 @@ def test_short_float_never_turns_a_fail_into_a_pass() -> None:
 
 def test_the_plugin_and_the_cli_import_jinja2_only_for_a_report(tmp_path: Path) -> None:
     check = (
-        "import sys, pytest_oloproof.plugin, pytest_oloproof.cli; "
+        "import sys, pytest_oloproof.pytest_plugin.plugin, pytest_oloproof.cli; "
         "pytest_oloproof.cli.main(['runs', '--store', sys.argv[1]]); print('jinja2' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", check, str(tmp_path)], capture_output=True, text=True, check=True)

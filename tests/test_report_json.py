@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from pytest_oloproof import redaction
-from pytest_oloproof.runner import RunRecorder
-from pytest_oloproof.store import Store, write_json_stream
+from pytest_oloproof.records import redaction
+from pytest_oloproof.session import RunRecorder
+from pytest_oloproof.store.files import Store, write_json_stream
 
 SECRET = "sk-report-4f9Qa7ZtLm"
 

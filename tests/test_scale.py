@@ -13,13 +13,13 @@ import pytest
 from oloproof_project import PROBE_CONFTEST
 
 from pytest_oloproof import Passage, Retrieval, Transient
-from pytest_oloproof.aggregate import summarize_run, summary_settings
-from pytest_oloproof.cache import Caches
-from pytest_oloproof.cases import Case
-from pytest_oloproof.execute import Engine, ResolvedSystem, _Gate
-from pytest_oloproof.identity import execution_key, retrieve_key
-from pytest_oloproof.prefetch import Prefetcher, Progress, ProgressDisplay
-from pytest_oloproof.runner import slim_case
+from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.engine.prefetch import Prefetcher, Progress, ProgressDisplay
+from pytest_oloproof.engine.stages import Engine, ResolvedSystem, _Gate
+from pytest_oloproof.records.cases import Case
+from pytest_oloproof.records.identity import execution_key, retrieve_key
+from pytest_oloproof.session import slim_case
+from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
 
 # ------------------------------------------------------------------ engine-level helpers
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_oloproof import redaction
+from pytest_oloproof.records import redaction
 from tests.judge_server import Recorded, Reply, ScriptedServer
 
 API_KEY = "sk-live-7Hq2ZpXw9vKc3LmN"

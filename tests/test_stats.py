@@ -1,4 +1,4 @@
-"""Tests for pytest_oloproof.stats: intervals, their guards, and their coverage."""
+"""Tests for pytest_oloproof.stats.intervals: intervals, their guards, and their coverage."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from pytest_oloproof.stats import (
+from pytest_oloproof.stats.intervals import (
     Interval,
     clopper_pearson,
     kappa_interval,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from pytest_oloproof.compare import markdown
+from pytest_oloproof.compare.comparison import markdown
 from pytest_oloproof.report.markdown import FAILED_CASES_SHOWN, code, text
 from pytest_oloproof.report.text import markdown_summary
 
@@ -299,7 +299,7 @@ def test_the_step_summary_of_a_gated_session_renders(
 
 
 def test_extra_paragraphs_and_the_gate_reason_render_in_place() -> None:
-    from pytest_oloproof.compare import fmt_margin
+    from pytest_oloproof.compare.comparison import fmt_margin
     from pytest_oloproof.report.markdown import comparison_markdown
 
     doc = {**_comparison(["one warning"]), "gate_reason": "cases_changed"}

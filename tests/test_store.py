@@ -12,7 +12,7 @@ import pytest
 from staged_helpers import case, last_run, rag_project
 
 from pytest_oloproof.errors import StoreError
-from pytest_oloproof.store import RUN_SCHEMA, Store, atomic_write_text, new_run_id, write_json
+from pytest_oloproof.store.files import RUN_SCHEMA, Store, atomic_write_text, new_run_id, write_json
 
 
 def leftovers(folder: Path) -> list[str]:
@@ -190,7 +190,7 @@ def _case_record(cid: str, value: float) -> dict[str, object]:
 
 def test_an_interrupted_run_counts_the_cases_its_file_holds(tmp_path: Path) -> None:
     """Ctrl-C between writing a case's line and noting it in memory: the record follows the file."""
-    from pytest_oloproof.runner import RunRecorder
+    from pytest_oloproof.session import RunRecorder
 
     store = Store(tmp_path / ".oloproof")
     header = {"evaluators": [{"criterion": "ok", "kind": "rate"}], "slices": [], "confidence": 0.95, "seed": 0}

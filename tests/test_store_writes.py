@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from staged_helpers import case, rag_project
 
-from pytest_oloproof.cache import Caches
+from pytest_oloproof.cache.caches import Caches
 from pytest_oloproof.errors import WriteError
-from pytest_oloproof.store import Store, atomic_write_text, new_run_id
+from pytest_oloproof.store.files import Store, atomic_write_text, new_run_id
 
 # The system writes calls.log beside itself, can fill a disk to its last page (`fill`) or remove
 # a folder (`remove`) when it generates a case, and answers with more than a memory page of text,

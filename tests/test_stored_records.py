@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from pytest_oloproof import cli
-from pytest_oloproof.identity import execution_key, retrieve_key
-from pytest_oloproof.store import RecordError, Store, load_run_file
+from pytest_oloproof.records.identity import execution_key, retrieve_key
+from pytest_oloproof.store.files import RecordError, Store, load_run_file
 from tests.diagnose_project import Project
 from tests.test_scale import SYSCONF, ScriptedSystem, make_case, make_engine
 
@@ -287,7 +287,7 @@ def test_every_record_a_run_writes_reads_back_and_is_served_from_the_cache(pytes
 def test_the_fast_execution_entry_check_agrees_with_its_model(entry: Any) -> None:
     from pydantic import ValidationError
 
-    from pytest_oloproof.records import StoredExecution, is_execution_entry
+    from pytest_oloproof.records.stored import StoredExecution, is_execution_entry
 
     try:
         StoredExecution.model_validate(entry)
@@ -563,7 +563,7 @@ def test_a_run_folder_whose_run_id_differs_is_refused_naming_both(
     """A copied run folder: `compare COPY ORIGINAL` must never print "of ORIGINAL against ORIGINAL"."""
     import shutil
 
-    from pytest_oloproof.store import new_run_id
+    from pytest_oloproof.store.files import new_run_id
 
     original = project.run()
     copy = new_run_id()
@@ -591,7 +591,7 @@ def test_stored_diagnoses_and_comparisons_are_validated_on_read(
     project: Project, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """What the writers store reads back; `{}`, a list or a wrong type is an error naming file and field (exit 2)."""
-    from pytest_oloproof.records import check_doc
+    from pytest_oloproof.records.stored import check_doc
 
     base, cand = project.run(), project.run()
     (project.root / "compare.yaml").write_text(POLICY, encoding="utf-8")

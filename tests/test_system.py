@@ -196,7 +196,7 @@ def test_each_contract_violation_is_a_per_case_error(pytester: pytest.Pytester) 
         result.stdout.fnmatch_lines([f"*case 'case_{mode}'*{stage}*"])
     assert record["metrics"]["answer_correct"]["missing"] == len(EXPECTED_VIOLATIONS)
     # a contract error is never cached: the stage caches hold only the good case's results
-    from pytest_oloproof.cache import Caches
+    from pytest_oloproof.cache.caches import Caches
 
     caches = Caches(pytester.path / ".oloproof" / "cache")
     try:

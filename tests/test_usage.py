@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from pytest_oloproof import usage
-from pytest_oloproof.config import load_config
+from pytest_oloproof.config.settings import load_config
 from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.base import ContextPassage, EvalInput
 from pytest_oloproof.evaluators.judges import GroundednessJudge
-from pytest_oloproof.providers import OpenAIProvider
-from pytest_oloproof.store import Store
+from pytest_oloproof.evaluators.providers import OpenAIProvider
+from pytest_oloproof.store.files import Store
+from pytest_oloproof.usage import accounting as usage
 from tests.judge_server import Recorded, Reply, ScriptedServer, openai_usage
 
 # ------------------------------------------------------------------ the context API
@@ -593,7 +593,7 @@ def test_diagnosis_says_what_its_re_execution_cost(pytester: pytest.Pytester, mo
 def test_comparison_reports_the_cost_difference_per_case(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_oloproof.compare import render, run_comparison
+    from pytest_oloproof.compare.comparison import render, run_comparison
 
     with ScriptedServer(responder=_respond()) as server:
         monkeypatch.setenv("JUDGE_URL", server.base_url)
@@ -663,7 +663,7 @@ def answer(input):
 
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_retried_case_keeps_what_every_attempt_spent(tmp_path: Path, use_async: bool) -> None:
-    from pytest_oloproof.runner import Evaluation
+    from pytest_oloproof.session import Evaluation
 
     module = f"usage_retried_{int(use_async)}"
     (tmp_path / f"{module}.py").write_text(RETRIED)

@@ -1,5 +1,5 @@
 """`python -m pytest_oloproof.cli` is the `oloproof` command."""
 
-from pytest_oloproof.cli import main
+from . import main
 
 raise SystemExit(main())

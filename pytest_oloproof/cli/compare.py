@@ -25,8 +25,8 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from ..compare import render, run_comparison
-    from ..policy import load_policy
+    from pytest_oloproof.compare.comparison import render, run_comparison
+    from pytest_oloproof.compare.policy import load_policy
 
     policy = load_policy(args.policy) if args.policy else None
     store = cli._store_from(args)
@@ -37,7 +37,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 def inspect_lines(doc: dict[str, Any], doc_id: str) -> list[str]:
     """`oloproof inspect COMPARISON_ID`: the same text `oloproof compare` printed."""
-    from ..compare import render
+    from pytest_oloproof.compare.comparison import render
 
     return render(doc, doc_id)
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import OloproofError
-from ..options import parse_positive_int
-from ..redaction import redact
-from ..store import Store
+from pytest_oloproof.config.values import parse_positive_int
+from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.records.redaction import redact
+from pytest_oloproof.store.files import Store
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 4
 #: pytest's "no tests collected" (e.g. `oloproof run -k nomatch`), passed through as is
@@ -125,7 +125,7 @@ def _store_from(args: argparse.Namespace) -> Store:
         return Store(root)
     cfg_path = Path(getattr(args, "config", None) or "oloproof.yaml")
     if cfg_path.is_file():
-        from ..config import load_config
+        from pytest_oloproof.config.settings import load_config
 
         return Store(load_config(cfg_path).store_dir)
     if getattr(args, "config", None):
@@ -156,7 +156,7 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
         blocked = False
 
         def pytest_unconfigure(self, config: pytest.Config) -> None:
-            from ..plugin import PLUGIN_KEY
+            from pytest_oloproof.pytest_plugin.plugin import PLUGIN_KEY
 
             plugin = config.stash.get(PLUGIN_KEY, None)
             self.blocked = plugin is not None and plugin.gate_exit == EXIT_BLOCK
@@ -174,8 +174,8 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from ..records import is_start_header
-    from ..store import RecordError
+    from pytest_oloproof.records.stored import is_start_header
+    from pytest_oloproof.store.files import RecordError
 
     store = _store_from(args)
     rows: list[dict[str, Any]] = []
@@ -211,7 +211,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ..report.text import case_line, run_summary
+    from pytest_oloproof.report.text import case_line, run_summary
 
     store = _store_from(args)
     kind, full = store.resolve(args.id)
@@ -230,7 +230,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from ..cache import Caches
+    from pytest_oloproof.cache.caches import Caches
 
     store = _store_from(args)
     caches = Caches(store.cache_dir)

@@ -28,9 +28,9 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 def load_evaluation(config: str | None, store: str | None) -> Any:
     """The configured system and evaluators, with the store of --store when given."""
-    from ..cache import Caches
-    from ..runner import Evaluation
-    from ..store import Store
+    from pytest_oloproof.cache.caches import Caches
+    from pytest_oloproof.session import Evaluation
+    from pytest_oloproof.store.files import Store
 
     path = Path(config or "oloproof.yaml")
     if not path.is_file():
@@ -41,7 +41,7 @@ def load_evaluation(config: str | None, store: str | None) -> Any:
         ev.caches = Caches(ev.store.cache_dir, ev.caches.mode)
     reason = ev.caches.disable_if_unusable()
     if reason is not None:
-        from ..cache import clear_command
+        from pytest_oloproof.cache.caches import clear_command
 
         _warn(
             f"the cache at {ev.store.cache_dir} is unusable ({reason}); this diagnosis is uncached. "
@@ -51,13 +51,13 @@ def load_evaluation(config: str | None, store: str | None) -> Any:
 
 
 def _warn(message: str) -> None:
-    from ..redaction import redact
+    from pytest_oloproof.records.redaction import redact
 
     sys.stderr.write(redact(f"oloproof: warning: {message}\n"))
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from ..diagnose import Diagnoser, Request
+    from pytest_oloproof.diagnose.diagnosis import Diagnoser, Request
 
     ev = load_evaluation(args.config, args.store)
     request = Request(
@@ -86,7 +86,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
-    from ..diagnose import case_lines
+    from pytest_oloproof.diagnose.diagnosis import case_lines
 
     return case_lines(doc)
 

@@ -20,9 +20,9 @@ def add_gate_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None])
 
 
 def cmd_gate(args: argparse.Namespace) -> int:
-    from .. import release
-    from ..compare import load_run
-    from ..policy import load_policy
+    from pytest_oloproof.compare import release
+    from pytest_oloproof.compare.comparison import load_run
+    from pytest_oloproof.compare.policy import load_policy
 
     policy = load_policy(args.policy)
     policy.check_single_run("compare two runs with `oloproof compare CANDIDATE BASELINE --policy FILE`")
@@ -46,9 +46,9 @@ def add_plan_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None])
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from .. import release
-    from ..compare import compare_runs, load_run
-    from ..policy import load_policy
+    from pytest_oloproof.compare import release
+    from pytest_oloproof.compare.comparison import compare_runs, load_run
+    from pytest_oloproof.compare.policy import load_policy
 
     policy = load_policy(args.policy)
     store = cli._store_from(args)
@@ -87,6 +87,6 @@ PLAN = cli.Subcommand("plan", add_plan_parser, cmd_plan)
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
     """`oloproof inspect DECISION_ID`: the text `oloproof gate` printed."""
-    from ..release import render
+    from pytest_oloproof.compare.release import render
 
     return render(doc, doc_id)

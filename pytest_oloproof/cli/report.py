@@ -27,8 +27,8 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from ..report.html import page_for, write_index, write_page
-    from ..store import output_problem
+    from pytest_oloproof.report.html import page_for, write_index, write_page
+    from pytest_oloproof.store.files import output_problem
 
     store = cli._store_from(args)
     target = Path(args.html)

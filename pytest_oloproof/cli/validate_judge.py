@@ -8,9 +8,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..evaluation import judge_one
-from ..evaluators.base import CriterionValue, EvalInput
+from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.evaluate.record import judge_one
+from pytest_oloproof.evaluators.base import CriterionValue, EvalInput
+
 from . import core as cli
 
 
@@ -55,8 +56,8 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 
 def cmd_validate_judge(args: argparse.Namespace) -> int:
-    from ..judge_validation import validate_judge  # scipy: imported only when validating
-    from ..runner import Evaluation
+    from pytest_oloproof.evaluate.judge_validation import validate_judge  # scipy: imported only when validating
+    from pytest_oloproof.session import Evaluation
 
     config = Path(args.config or "oloproof.yaml")
     if not config.is_file():

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator, OptionError
+from .base import (
+    CandidateView,
+    ContextPassage,
+    CriterionValue,
+    EvalInput,
+    Evaluator,
+    OptionError,
+)
 
 __all__ = [
     "CandidateView",

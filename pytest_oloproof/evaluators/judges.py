@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..errors import ConfigError
-from ..providers import Messages, Provider, build_provider
-from ..redaction import redact
-from ..usage import BUDGET_EXHAUSTED, BudgetExhausted, judge_call, model_of
+from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.records.redaction import redact
+from pytest_oloproof.usage.accounting import BUDGET_EXHAUSTED, BudgetExhausted, judge_call, model_of
+
 from .base import ContextPassage, CriterionValue, EvalInput, Evaluator
+from .providers import Messages, Provider, build_provider
 
 JUDGE_SYSTEM_PROMPT = (
     "You are a strict, careful evaluator of retrieval-augmented answers. "

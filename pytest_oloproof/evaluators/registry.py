@@ -10,8 +10,9 @@ from typing import Any
 
 from pydantic import ConfigDict, ValidationError, create_model
 
-from ..config import EvaluatorSettings, close_spelling
-from ..errors import ConfigError
+from pytest_oloproof.config.settings import EvaluatorSettings, close_spelling
+from pytest_oloproof.errors import ConfigError
+
 from .answers import Contains, ExactMatch, Regex
 from .base import Evaluator, OptionError
 from .citations import CitationValidity

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from .. import metrics
+from pytest_oloproof.stats import metrics
+
 from .base import CandidateView, CriterionValue, EvalInput, Evaluator, OptionError
 
 Unit = Literal["document", "chunk"]

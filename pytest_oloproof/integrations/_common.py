@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from types import ModuleType
 from typing import Any
 
-from ..system import Passage
+from pytest_oloproof.system.declare import Passage
 
 
 def require(module: str, adapter: str, extra: str, package: str) -> ModuleType:

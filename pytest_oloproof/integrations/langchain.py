@@ -1,6 +1,6 @@
 """Evaluate a LangChain retriever and chain with Oloproof (extra ``langchain``: langchain-core only).
 
-    from pytest_oloproof.integrations.langchain import langchain_system
+    from .langchain import langchain_system
     rag = langchain_system(vectorstore.as_retriever(), prompt | llm | StrOutputParser(), depth=8, top_k=4)
 
 and ``system.rag.object: app:rag`` in oloproof.yaml. The retriever is called with the
@@ -25,10 +25,18 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
-from ..errors import ContractError
-from ..system import Passage, Retrieval
-from ..usage import report_usage
-from ._common import chunk_or_none, context_metadata, query_of, rag_settings, require, token_counter
+from pytest_oloproof.errors import ContractError
+from pytest_oloproof.system.declare import Passage, Retrieval
+from pytest_oloproof.usage.accounting import report_usage
+
+from ._common import (
+    chunk_or_none,
+    context_metadata,
+    query_of,
+    rag_settings,
+    require,
+    token_counter,
+)
 
 require("langchain_core", "langchain", "langchain", "langchain-core")
 

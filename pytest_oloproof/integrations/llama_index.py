@@ -1,6 +1,6 @@
 """Evaluate a LlamaIndex retriever and response synthesizer with Oloproof (extra ``llamaindex``).
 
-    from pytest_oloproof.integrations.llama_index import llama_index_system
+    from .llama_index import llama_index_system
     rag = llama_index_system(index, llm=llm, depth=8, top_k=4)
 
 and ``system.rag.object: app:rag`` in oloproof.yaml. The retriever is asked for the
@@ -29,10 +29,18 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from ..errors import ContractError
-from ..system import Passage, Retrieval
-from ..usage import report_usage
-from ._common import chunk_or_none, context_metadata, query_of, rag_settings, require, token_counter
+from pytest_oloproof.errors import ContractError
+from pytest_oloproof.system.declare import Passage, Retrieval
+from pytest_oloproof.usage.accounting import report_usage
+
+from ._common import (
+    chunk_or_none,
+    context_metadata,
+    query_of,
+    rag_settings,
+    require,
+    token_counter,
+)
 
 require("llama_index.core", "llama_index", "llamaindex", "llama-index-core")
 

@@ -22,8 +22,9 @@ from typing import Any
 
 from markupsafe import Markup
 
-from ..errors import StoreError
-from ..store import Store, atomic_write_text
+from pytest_oloproof.errors import StoreError
+from pytest_oloproof.store.files import Store, atomic_write_text
+
 from . import model
 
 _SCRIPT_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
@@ -143,7 +144,7 @@ def _reexecution_line(store: Store, doc: Mapping[str, Any]) -> str | None:
 
     None when no child run reported usage; a child run no longer in the store is left out, and the line says so.
     """
-    from ..usage import child_runs_line
+    from pytest_oloproof.usage.accounting import child_runs_line
 
     cases: list[dict[str, Any]] = []
     pricing = None

@@ -157,7 +157,7 @@ def comparison_markdown(
     rows = []
     accounting = []
     for name, c in doc["criteria"].items():
-        from ..compare import criterion_accounting
+        from pytest_oloproof.compare.comparison import criterion_accounting
 
         acc = criterion_accounting(c)
         if c["paired"]:
@@ -174,7 +174,7 @@ def comparison_markdown(
     for note in [*(doc.get("sample_size_notes") or []), *after_notes]:  # paragraphs: a list would merge
         out += [text(note), ""]
     if doc.get("decisions"):
-        from ..release import describe_test
+        from pytest_oloproof.compare.release import describe_test
 
         def test_of(d: Mapping[str, Any]) -> str:
             if d.get("scope") == "run":

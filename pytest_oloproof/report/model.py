@@ -11,8 +11,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from ..aggregate import slice_value
-from ..evaluators.retrieval import qrels_of
+from pytest_oloproof.evaluators.retrieval import qrels_of
+from pytest_oloproof.stats.aggregate import slice_value
+
 from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
 from .text import (
     accounting,
@@ -552,7 +553,7 @@ def diagnosis_view(doc: Mapping[str, Any], doc_id: str, reexecution_line: str | 
 
     `reexecution_line` says what re-executing the cases spent (from the child runs' records), when known.
     """
-    from ..diagnose import LABELS, REPLAYS, intervention_title, render
+    from pytest_oloproof.diagnose.diagnosis import LABELS, REPLAYS, intervention_title, render
 
     lines = render(doc, doc_id)
     replay = doc["intervention"]["name"] in REPLAYS
@@ -627,7 +628,7 @@ def _margin_marks(criterion: str, decisions: Sequence[Mapping[str, Any]]) -> tup
 
 
 def differences_plot(doc: Mapping[str, Any]) -> Any:
-    from ..compare import criterion_line
+    from pytest_oloproof.compare.comparison import criterion_line
 
     decisions = doc.get("decisions") or []
     rows, spans = [], []
@@ -677,8 +678,8 @@ def _changed_ids(changed: Any) -> list[str]:
 
 def decision_rows(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The decisions table's rows (comparison and single-run decisions), each with its plan line if undecided."""
-    from ..compare import fmt_margin
-    from ..release import describe_test
+    from pytest_oloproof.compare.comparison import fmt_margin
+    from pytest_oloproof.compare.release import describe_test
 
     rows = []
     for d in decisions:
@@ -721,8 +722,8 @@ def comparison_view(
 
     `candidate` and `baseline` are the two run records when available (for both outputs side by side).
     """
-    from ..compare import criterion_line
-    from ..usage import cost_lines
+    from pytest_oloproof.compare.comparison import criterion_line
+    from pytest_oloproof.usage.accounting import cost_lines
 
     cand, base = _by_id(candidate), _by_id(baseline)
     flipped: list[dict[str, Any]] = []

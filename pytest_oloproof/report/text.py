@@ -6,8 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..stats import round_outward
-from ..usage import budget_line, fmt_cost, tokens_line
+from pytest_oloproof.stats.intervals import round_outward
+from pytest_oloproof.usage.accounting import budget_line, fmt_cost, tokens_line
 
 
 def pct(x: float) -> str:
@@ -94,7 +94,7 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
 
 def miss_lines(misses: Mapping[str, Any] | None) -> list[str]:
     """Why the caches missed, per stage (see missreasons.py)."""
-    from ..missreasons import lines
+    from pytest_oloproof.cache.miss_reasons import lines
 
     return lines(misses)
 

@@ -19,9 +19,9 @@ from typing import Any, ClassVar, Literal
 import yaml
 from pydantic import Field, field_validator, model_validator
 
-from .config import Strict, close_spelling, key_path, load_yaml_model, where_in
-from .errors import ConfigError
-from .stats import mean_pairs_needed_without_change, pairs_needed_without_change
+from pytest_oloproof.config.settings import Strict, close_spelling, key_path, load_yaml_model, where_in
+from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.stats.intervals import mean_pairs_needed_without_change, pairs_needed_without_change
 
 PASS, FAIL, INSUFFICIENT = "PASS", "FAIL", "INSUFFICIENT_EVIDENCE"
 

@@ -32,15 +32,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-from . import redaction
-from .errors import ConfigError, OloproofError
+from pytest_oloproof.errors import ConfigError, OloproofError
+from pytest_oloproof.records import redaction
 
 if TYPE_CHECKING:
     import ssl
 
     import httpx  # imported when a judge first sends a request: most runs have no judge
 
-log = logging.getLogger("pytest_oloproof.providers")
+log = logging.getLogger("pytest_oloproof.evaluators.providers")
 
 Messages = list[dict[str, str]]
 
@@ -460,7 +460,7 @@ def _read_body(response: httpx.Response, limit: int, whole: bool = True) -> byte
 
 def _report_reply_usage(model: str | None, usage: Any) -> None:
     """Hand a reply's `usage` (when there is one) to the judge call in progress; bad counts count as unknown."""
-    from .usage import report_usage
+    from pytest_oloproof.usage.accounting import report_usage
 
     if not isinstance(usage, Mapping):
         return  # no usage reported: the judge call records its tokens as unknown

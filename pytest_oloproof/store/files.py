@@ -15,10 +15,10 @@ from typing import Any, TextIO
 
 from ulid import ULID
 
-from . import fastjson
-from .errors import StoreError, WriteError
-from .identity import canonical_json, sha256_of
-from .redaction import redact
+from pytest_oloproof.errors import StoreError, WriteError
+from pytest_oloproof.records import fastjson
+from pytest_oloproof.records.identity import canonical_json, sha256_of
+from pytest_oloproof.records.redaction import redact
 
 RUN_SCHEMA = "oloproof.run/1"
 KIND_DIRS = {
@@ -352,7 +352,7 @@ class Store:
             header = json.loads(text)
         except (OSError, ValueError) as exc:
             raise RecordError(path, None, f"not readable JSON: {exc}", run_id=run_id) from exc
-        from .records import check_run
+        from pytest_oloproof.records.stored import check_run
 
         problem = check_run(header)
         if problem is None and header["run_id"] != run_id:
@@ -384,7 +384,7 @@ class Store:
             return
         check = None
         if strict:
-            from .records import check_case
+            from pytest_oloproof.records.stored import check_case
 
             check = check_case
         with path.open(encoding="utf-8", errors="surrogateescape") as f:
@@ -451,7 +451,7 @@ class Store:
         _kind, full = self.resolve(ref, kinds=("run",))
         record = self.run_header(full)
         record["cases"] = list(self.iter_cases(full, header=record))
-        from .records import is_start_header
+        from pytest_oloproof.records.stored import is_start_header
 
         if is_start_header(record):
             record.update(_partial_summary(record, record["cases"]))
@@ -479,7 +479,7 @@ class Store:
             doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
             raise StoreError(f"{kind} {doc_id}: cannot read {path}: {exc}") from exc
-        from .records import check_doc
+        from pytest_oloproof.records.stored import check_doc
 
         problem = check_doc(kind, doc)
         if problem is not None:
@@ -559,7 +559,7 @@ def load_run_file(path: Path) -> dict[str, Any]:
         raise StoreError(f"{path}: not a readable run record: {exc}") from exc
     if not isinstance(data, dict) or data.get("schema") != RUN_SCHEMA:
         raise StoreError(f"{path}: not an {RUN_SCHEMA} record (write one with --oloproof-report PATH)")
-    from .records import check_case, check_run
+    from pytest_oloproof.records.stored import check_case, check_run
 
     problem = check_run(data)
     if problem is None and not isinstance(data.get("cases", []), list):
@@ -634,8 +634,8 @@ def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> 
     The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
     with a note saying where it comes from: the run reads as incomplete, never as empty or complete.
     """
-    from .aggregate import summarize_run, summary_settings
-    from .runner import slim_case, usage_fields
+    from pytest_oloproof.session import slim_case, usage_fields
+    from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
 
     slim = [slim_case(c) for c in cases]
     settings = summary_settings({k: v for k, v in header.items() if v is not None})  # null: the default

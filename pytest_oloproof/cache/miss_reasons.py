@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from .errors import StoreError
-from .identity import sha256_of
-from .store import Store
+from pytest_oloproof.errors import StoreError
+from pytest_oloproof.records.identity import sha256_of
+from pytest_oloproof.store.files import Store
 
 STAGES = ("execution", "retrieve", "generate", "judgment")
 #: the system settings in each stage's cache key (identity.StageKeys); execution takes them all

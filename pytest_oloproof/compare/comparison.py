@@ -19,10 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import stats
-from .aggregate import slice_value
-from .errors import OloproofError, StoreError
-from .identity import settings_identity, sha256_of
+from pytest_oloproof.errors import OloproofError, StoreError
+from pytest_oloproof.records.identity import settings_identity, sha256_of
+from pytest_oloproof.records.redaction import redact_obj
+from pytest_oloproof.stats import intervals as stats
+from pytest_oloproof.stats.aggregate import slice_value
+from pytest_oloproof.store.files import Store, load_run_file
+from pytest_oloproof.usage.accounting import compare_costs, cost_lines
+
 from .policy import (
     CASES_CHANGED,
     INSUFFICIENT,
@@ -33,9 +37,6 @@ from .policy import (
     LoadedPolicy,
     load_policy,
 )
-from .redaction import redact_obj
-from .store import Store, load_run_file
-from .usage import compare_costs, cost_lines
 
 SCHEMA = "oloproof.comparison/1"
 EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
@@ -140,7 +141,7 @@ def judge_gate(
     settings (as `judge_validation.judge_identity` computes it); validation records are read
     from `<store>/judge_validations/`. Returns None for criteria no run judged with an LLM judge.
     """
-    from .judge_validation import passing_validation
+    from pytest_oloproof.evaluate.judge_validation import passing_validation
 
     judged, identity = _judge_identity(candidate_record, criterion)
     if baseline_record is not None:
@@ -461,7 +462,7 @@ def slice_rows(
     Pairs are grouped by the *baseline's* slice value: grouping by the candidate's (e.g. its
     relevant_position) would select on an outcome of the change being measured.
     """
-    from .aggregate import _slice_order
+    from pytest_oloproof.stats.aggregate import _slice_order
 
     rows: list[dict[str, Any]] = []
     for sl in slices:
@@ -838,7 +839,7 @@ def decided_what(decisions: Sequence[Mapping[str, Any]]) -> str:
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
     """A GitHub step-summary section: warnings, the cases not paired, criterion table and accounting, notes,
     cost, decisions and gate (rendering-safe Markdown: see `report.markdown`)."""
-    from .report.markdown import comparison_markdown
+    from pytest_oloproof.report.markdown import comparison_markdown
 
     return comparison_markdown(doc, doc_id, fmt_margin, _markdown_case_sets(doc), cost_lines(doc.get("cost")))
 
@@ -991,7 +992,7 @@ class SessionGate:
         summary_lines.extend(render(doc, doc_id))
         if step_summary:
             with open(step_summary, "a", encoding="utf-8") as f:
-                from .redaction import redact
+                from pytest_oloproof.records.redaction import redact
 
                 f.write(redact(markdown(doc, doc_id)))
         return int(doc["exit_code"]) if self.policy is not None else None
@@ -1011,7 +1012,7 @@ class SessionGate:
         summary_lines.extend(release.render(doc, doc_id))
         if step_summary:
             with open(step_summary, "a", encoding="utf-8") as f:
-                from .redaction import redact
+                from pytest_oloproof.records.redaction import redact
 
                 f.write(redact(release.markdown(doc, doc_id)))
         return int(doc["exit_code"])

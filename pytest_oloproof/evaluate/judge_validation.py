@@ -34,10 +34,10 @@ from typing import Any
 import numpy as np
 from scipy.stats import binomtest
 
-from .errors import ConfigError
-from .evaluators.base import ContextPassage, CriterionValue, EvalInput, Evaluator
-from .identity import settings_identity
-from .stats import kappa_interval
+from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.evaluators.base import ContextPassage, CriterionValue, EvalInput, Evaluator
+from pytest_oloproof.records.identity import settings_identity
+from pytest_oloproof.stats.intervals import kappa_interval
 
 SCHEMA = "oloproof.judge_validation/1"
 

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .assembly import assemble
-from .cache import Caches
-from .cases import Case
-from .config import LoadedConfig
-from .errors import ConfigError, ContractError, Transient
-from .identity import StageKeys, canonical_json
-from .records import is_candidates, is_execution_entry
-from .system import (
+from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.config.settings import LoadedConfig
+from pytest_oloproof.errors import ConfigError, ContractError, Transient
+from pytest_oloproof.records.cases import Case
+from pytest_oloproof.records.identity import StageKeys, canonical_json
+from pytest_oloproof.records.stored import is_candidates, is_execution_entry
+from pytest_oloproof.system.assembly import assemble
+from pytest_oloproof.system.declare import (
     RAG_SETTINGS,
     Passage,
     check_reranked,
@@ -37,7 +37,7 @@ from .system import (
     load_object,
     settings_problem,
 )
-from .usage import PAID_STAGES, Budget, BudgetExhausted, collect
+from pytest_oloproof.usage.accounting import PAID_STAGES, Budget, BudgetExhausted, collect
 
 
 @dataclass
@@ -56,7 +56,7 @@ class ResolvedSystem:
 
 def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
     """Import the system and merge decorator settings with oloproof.yaml (the file wins)."""
-    from .config import where_in
+    from pytest_oloproof.config.settings import where_in
 
     s = cfg.settings.system
 
@@ -829,7 +829,7 @@ def _no_call() -> None:
     """Placeholder stage before the pipeline's first call into the system."""
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
 def _stage_failure(stage: str, exc: BaseException) -> StageFailure:

@@ -9,20 +9,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__, usage
-from .aggregate import summarize_run, summary_settings
-from .cache import CacheMode, Caches
-from .cases import Case, load_cases
-from .config import LoadedConfig, load_config
-from .errors import CaseFileError, ConfigError, StoreError
-from .evaluation import evaluate_record
-from .evaluators.base import Evaluator
-from .evaluators.registry import Registry
-from .evaluators.retrieval import label_facts
-from .execute import NORMAL, Engine, Plan, ResolvedSystem, error_record, internal_error, resolve_system
-from .identity import case_digest, case_set_digest, settings_identity
-from .missreasons import explain as explain_misses
-from .store import RunWriter, Store, new_run_id, write_json_lines, write_json_stream
+from pytest_oloproof import __version__
+from pytest_oloproof.cache.caches import CacheMode, Caches
+from pytest_oloproof.cache.miss_reasons import explain as explain_misses
+from pytest_oloproof.config.settings import LoadedConfig, load_config
+from pytest_oloproof.engine.stages import (
+    NORMAL,
+    Engine,
+    Plan,
+    ResolvedSystem,
+    error_record,
+    internal_error,
+    resolve_system,
+)
+from pytest_oloproof.errors import CaseFileError, ConfigError, StoreError
+from pytest_oloproof.evaluate.record import evaluate_record
+from pytest_oloproof.evaluators.base import Evaluator
+from pytest_oloproof.evaluators.registry import Registry
+from pytest_oloproof.evaluators.retrieval import label_facts
+from pytest_oloproof.records.cases import Case, load_cases
+from pytest_oloproof.records.identity import case_digest, case_set_digest, settings_identity
+from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
+from pytest_oloproof.store.files import RunWriter, Store, new_run_id, write_json_lines, write_json_stream
+from pytest_oloproof.usage import accounting as usage
 
 
 def now_iso() -> str:
@@ -161,7 +170,7 @@ def load_cases_located(cfg: LoadedConfig) -> list[Case]:
     """The config's cases; an error in the `cases:` setting itself names the config's file and line."""
     import re
 
-    from .config import where_in
+    from pytest_oloproof.config.settings import where_in
 
     try:
         return load_cases(cfg.settings.cases, cfg.base_dir)
@@ -288,7 +297,7 @@ def internal_error_case(rec: Mapping[str, Any], exc: BaseException, criteria: It
 
 def case_from_record(rec: Mapping[str, Any]) -> Case:
     """Rebuild a Case from a stored case record."""
-    from .cases import GoldPassage, RelevantUnit
+    from pytest_oloproof.records.cases import GoldPassage, RelevantUnit
 
     expected = dict(rec.get("expected") or {})
     rel = expected.get("relevant")
@@ -309,7 +318,7 @@ def case_from_record(rec: Mapping[str, Any]) -> Case:
 
 
 def build_evaluators(cfg: LoadedConfig, registry: Registry, system: ResolvedSystem) -> list[Evaluator]:
-    from .config import where_in
+    from pytest_oloproof.config.settings import where_in
 
     out = []
     for i, entry in enumerate(cfg.settings.evaluators):

@@ -9,14 +9,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import fastjson, metrics, usage
-from .cache import Caches
-from .cases import Case
-from .evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
-from .evaluators.retrieval import qrels_of, units_of
-from .execute import EXECUTION_ENTRY, VERDICTS, cacheable
-from .identity import context_identity, judgment_key, sha256_of
-from .records import in_unit_interval
+from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.engine.stages import EXECUTION_ENTRY, VERDICTS, cacheable
+from pytest_oloproof.evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
+from pytest_oloproof.evaluators.retrieval import qrels_of, units_of
+from pytest_oloproof.records import fastjson
+from pytest_oloproof.records.cases import Case
+from pytest_oloproof.records.identity import context_identity, judgment_key, sha256_of
+from pytest_oloproof.records.stored import in_unit_interval
+from pytest_oloproof.stats import metrics
+from pytest_oloproof.usage import accounting as usage
 
 #: Key of an execution record that holds verdicts judged ahead of its item (an `Ahead`, see prejudge.py);
 #: evaluate_record pops it and uses those verdicts instead of judging them again.

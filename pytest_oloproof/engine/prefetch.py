@@ -20,8 +20,9 @@ from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
-from .cases import Case
-from .execute import NORMAL, Engine, cancel_task
+from pytest_oloproof.records.cases import Case
+
+from .stages import NORMAL, Engine, cancel_task
 
 if TYPE_CHECKING:
     from .prejudge import Plan, Prejudger

@@ -23,19 +23,19 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import redaction
-from .cache import CacheMode, parse_mode
-from .errors import OloproofError, WriteError
-from .options import parse_positive_int
-from .redaction import redact
-from .report.junit import junit_value
+from pytest_oloproof.cache.caches import CacheMode, parse_mode
+from pytest_oloproof.config.values import parse_positive_int
+from pytest_oloproof.errors import OloproofError, WriteError
+from pytest_oloproof.records import redaction
+from pytest_oloproof.records.redaction import redact
+from pytest_oloproof.report.junit import junit_value
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
-    from .cases import Case
-    from .config import LoadedConfig
-    from .evaluators.base import Evaluator
-    from .evaluators.registry import Registry
-    from .runner import Evaluation, RunRecorder
+    from pytest_oloproof.config.settings import LoadedConfig
+    from pytest_oloproof.evaluators.base import Evaluator
+    from pytest_oloproof.evaluators.registry import Registry
+    from pytest_oloproof.records.cases import Case
+    from pytest_oloproof.session import Evaluation, RunRecorder
 
 PLUGIN_KEY = pytest.StashKey["OloproofPlugin"]()
 PLUGIN_NAME = "oloproof-session"
@@ -327,7 +327,7 @@ class OloproofPlugin:
         self.config_path: Path | None = None
         self._loaded_config: LoadedConfig | None = None
         try:
-            from .config import find_config
+            from pytest_oloproof.config.settings import find_config
 
             self.config_path = find_config(explicit, Path(config.rootpath), Path(config.invocation_params.dir))
         except OloproofError as exc:
@@ -437,7 +437,7 @@ class OloproofPlugin:
         if self.config_path is None:
             return []
         try:
-            from .config import load_config
+            from pytest_oloproof.config.settings import load_config
 
             # listing writes nothing: a store that cannot be created is no error then
             cfg = self._loaded_config = load_config(self.config_path, check_store=not self.runs_nothing)
@@ -454,7 +454,7 @@ class OloproofPlugin:
         return names
 
     def _registry(self) -> Registry:
-        from .evaluators.registry import Registry
+        from pytest_oloproof.evaluators.registry import Registry
 
         registry = Registry()
         for types_ in self.config.hook.pytest_oloproof_evaluators():
@@ -473,7 +473,7 @@ class OloproofPlugin:
         conc = self.config.getoption("oloproof_concurrency")
         if conc:
             overrides["concurrency"] = conc
-        from .runner import Evaluation
+        from pytest_oloproof.session import Evaluation
 
         self.evaluation = Evaluation.load(
             self._loaded_config or self.config_path,  # parsed once, at configure time
@@ -491,7 +491,7 @@ class OloproofPlugin:
         reason = ev.caches.disable_if_unusable()
         if reason is None:
             return
-        from .cache import clear_command
+        from pytest_oloproof.cache.caches import clear_command
 
         self.cache_mode = CacheMode.OFF  # and so the run record says the run was uncached
         self.cache_notice = (
@@ -549,7 +549,7 @@ class OloproofPlugin:
 
     def _check_markers(self, ev: Evaluation, cases: Sequence[Case], parent: OloproofFile) -> None:
         """Metadata markers that pytest or a plugin registers are a configuration error (exit 2, nothing runs)."""
-        from .config import where_in
+        from pytest_oloproof.config.settings import where_in
 
         try:
             check_metadata_markers(
@@ -565,7 +565,7 @@ class OloproofPlugin:
     # -- diagnosis (SPEC §9): items are the run's failed cases; the work is diagnose.Diagnoser's
 
     def _new_diagnoser(self, ev: Evaluation) -> Any:
-        from .diagnose import Diagnoser, Request
+        from pytest_oloproof.diagnose.diagnosis import Diagnoser, Request
 
         opt = self.config.getoption
         request = Request(
@@ -579,7 +579,7 @@ class OloproofPlugin:
         return Diagnoser(ev, request, warn=self.diagnosis_notes.append)
 
     def _diagnosis_items(self, parent: OloproofFile, ev: Evaluation) -> Generator[CaseItem, None, None]:
-        from .runner import case_from_record
+        from pytest_oloproof.session import case_from_record
 
         try:
             self.diagnoser = self.diagnoser or self._new_diagnoser(ev)
@@ -621,13 +621,13 @@ class OloproofPlugin:
         try:
             report_path = self.config.getoption("oloproof_report")
             if report_path:
-                from .store import write_json
+                from pytest_oloproof.store.files import write_json
 
                 write_json(Path(report_path), result.to_json())
             html_path = self.config.getoption("oloproof_html")
             if html_path and result.doc_id is not None:
-                from .report.html import render_page, write_page
-                from .report.model import diagnosis_view
+                from pytest_oloproof.report.html import render_page, write_page
+                from pytest_oloproof.report.model import diagnosis_view
 
                 write_page(Path(html_path), render_page(diagnosis_view(result.doc, result.doc_id)))
         except WriteError as exc:
@@ -650,7 +650,7 @@ class OloproofPlugin:
 
         A new path or a regular file; never a folder, a FIFO or a device (which a report would replace).
         """
-        from .store import output_problem
+        from pytest_oloproof.store.files import output_problem
 
         for option in ("oloproof_report", "oloproof_html"):
             value = self.config.getoption(option)
@@ -676,7 +676,7 @@ class OloproofPlugin:
         """
         if self._loaded_config is None or self.runs_nothing:
             return
-        from .store import Store
+        from pytest_oloproof.store.files import Store
 
         try:
             Store(self._loaded_config.store_dir).check_writable()
@@ -688,9 +688,9 @@ class OloproofPlugin:
         baseline, policy = self.config.getoption("oloproof_baseline"), self.config.getoption("oloproof_policy")
         if not baseline and not policy:
             return
-        from .compare import SessionGate
-        from .config import load_config
-        from .store import Store
+        from pytest_oloproof.compare.comparison import SessionGate
+        from pytest_oloproof.config.settings import load_config
+        from pytest_oloproof.store.files import Store
 
         try:
             assert self.config_path is not None
@@ -793,7 +793,7 @@ class OloproofPlugin:
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
         ev.caches.hold_writes()
         ev.caches.track_keys()
-        from .execute import RunGate
+        from pytest_oloproof.engine.stages import RunGate
 
         self._check_gate(ev)
         self.run_gate = ev.engine.run_gate = RunGate()
@@ -816,7 +816,7 @@ class OloproofPlugin:
         return any(opt(name, None) for name in _LISTING_OPTIONS)
 
     def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
-        from .prefetch import Prefetcher
+        from pytest_oloproof.engine.prefetch import Prefetcher
 
         self.prefetcher = Prefetcher(
             ev.engine,
@@ -831,7 +831,7 @@ class OloproofPlugin:
 
     def _start_progress(self, total: int | None) -> None:
         """Counters on the controller; a throttled line through the terminal reporter when asked for."""
-        from .prefetch import Progress, ProgressDisplay
+        from pytest_oloproof.engine.prefetch import Progress, ProgressDisplay
 
         if self.progress is not None:
             if total is not None:
@@ -876,7 +876,7 @@ class OloproofPlugin:
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # never the system's (the engine records those): a case all the same
-                from .execute import internal_error_record
+                from pytest_oloproof.engine.stages import internal_error_record
 
                 rec = internal_error_record(case, exc)
             rec = ev.evaluate(case, rec, evaluators)
@@ -889,7 +889,7 @@ class OloproofPlugin:
             item.user_properties.append((self._property_name(name), redact(value) if isinstance(value, str) else value))
         if rec.get("error"):
             raise CaseSystemError(case.id, rec["error"])
-        from .evaluation import failed_criteria, missing_criteria
+        from pytest_oloproof.evaluate.record import failed_criteria, missing_criteria
 
         failed = failed_criteria(rec, evaluators) + missing_criteria(rec, evaluators)
         if failed:
@@ -897,7 +897,7 @@ class OloproofPlugin:
 
     def _judge_ahead(self, ev: Evaluation, evaluators: list[Evaluator]) -> None:
         """Let the prefetcher run the evaluators that may run off this thread (see prejudge.py), once."""
-        from .prejudge import Prejudger, judge_threads, may_judge_ahead
+        from pytest_oloproof.engine.prejudge import Prejudger, judge_threads, may_judge_ahead
 
         self._judging_ahead = True
         ahead = [i for i, e in enumerate(evaluators) if may_judge_ahead(e, ev.evaluators, ev.budget)]
@@ -914,7 +914,7 @@ class OloproofPlugin:
         return names.setdefault(criterion, f"oloproof.{criterion}")
 
     def _resolve_evaluators(self, request: pytest.FixtureRequest) -> list[Evaluator]:
-        from .evaluators.base import Evaluator
+        from pytest_oloproof.evaluators.base import Evaluator
 
         evaluators = []
         for name in self.fixture_names:
@@ -938,7 +938,7 @@ class OloproofPlugin:
         key = tuple(id(e) for e in evaluators)
         cached = getattr(self, "_described", None)
         if cached is None or cached[0] != key:
-            from .runner import describe_evaluators
+            from pytest_oloproof.session import describe_evaluators
 
             labels = self.evaluation.labels if self.evaluation is not None else None
             cached = (key, json_safe(describe_evaluators(evaluators, labels)), evaluators)  # keep them alive
@@ -979,7 +979,7 @@ class OloproofPlugin:
             ev = self._controller_evaluation()
             if ev is None:
                 return
-            from .runner import RunRecorder
+            from pytest_oloproof.session import RunRecorder
 
             self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
         _merge_evaluators(self.recorder.header, getattr(report, "oloproof_evaluators", None) or [])
@@ -1032,7 +1032,7 @@ class OloproofPlugin:
                             f"({caches.write_failure}); the stages after that are not cached"
                         )
                 except Exception as exc:  # the run is recorded; only later runs' reuse of these entries is lost
-                    from .cache import clear_command
+                    from pytest_oloproof.cache.caches import clear_command
 
                     self.summary_lines.append(
                         f"warning: the last cache writes could not be committed ({type(exc).__name__}: {exc}); "
@@ -1089,7 +1089,7 @@ class OloproofPlugin:
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
-        from .report.text import markdown_summary, run_summary
+        from pytest_oloproof.report.text import markdown_summary, run_summary
 
         self.summary_lines = run_summary(record, store_root=store_root)
         step = os.environ.get("GITHUB_STEP_SUMMARY")
@@ -1145,7 +1145,7 @@ class OloproofPlugin:
 
     def _write_html(self, path: Path, record: dict[str, Any]) -> None:
         """The run's HTML page, with the session's comparison when there was one."""
-        from .report.html import run_page, write_page
+        from pytest_oloproof.report.html import run_page, write_page
 
         assert self.recorder is not None
         # the record holds slim case summaries; the page shows every full case, read back from the store
@@ -1253,7 +1253,7 @@ class OloproofPlugin:
                         kept = prefetcher.settled(case.id, wait=False) or kept
                     rec = ev.evaluate(case, dict(kept), evaluators, ask=False)
                 if self.recorder is None:
-                    from .runner import RunRecorder
+                    from pytest_oloproof.session import RunRecorder
 
                     self.recorder = RunRecorder(ev.store, ev.header(cache_mode=self.cache_mode))
                 self.recorder.add(rec)
@@ -1353,8 +1353,8 @@ def _warm_summary() -> None:
     while the prefetched cases wait on retrievers, models and judges, it costs no wall time. Never fails.
     """
     try:
-        from . import stats
-        from .report import text  # noqa: F401
+        from pytest_oloproof.report import text  # noqa: F401
+        from pytest_oloproof.stats import intervals as stats
 
         stats.clopper_pearson(1, 2)
     except Exception:

@@ -22,9 +22,11 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from .aggregate import compute_metrics, missing_at_worst
-from .compare import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE, recorded_kind
-from .errors import OloproofError
+from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.stats.aggregate import compute_metrics, missing_at_worst
+from pytest_oloproof.store.files import Store
+
+from .comparison import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE, recorded_kind
 from .policy import (
     FAIL,
     INSUFFICIENT,
@@ -38,7 +40,6 @@ from .policy import (
     Decision,
     LoadedPolicy,
 )
-from .store import Store
 
 SCHEMA = "oloproof.decision/1"
 #: the largest suite `plan_line` considers; beyond it, it says "more than"
@@ -83,7 +84,7 @@ def decide_rows(
     store: Store | None,
 ) -> list[dict[str, Any]]:
     """One row per single-run decision of the policy, read from the run's cases."""
-    from .compare import judge_gate
+    from .comparison import judge_gate
 
     p = policy.policy
     rows = []
@@ -164,7 +165,7 @@ def decide_run(
 ) -> dict[str, Any]:
     """The `oloproof.decision/1` document of one run under a policy of single-run decisions."""
     policy.check_single_run("compare two runs with `oloproof compare CANDIDATE BASELINE --policy FILE`")
-    from .compare import criteria_of
+    from .comparison import criteria_of
 
     policy.check_criteria(
         criteria_of(record), why="the run must record it", listing="criteria of the run", single_run=True
@@ -203,7 +204,7 @@ def describe_test(d: Mapping[str, Any]) -> str:
     """`minimum 70.0%`, `max-failures 0`."""
     if d["test"] == MAX_FAILURES:
         return f"max-failures {d['max_failures']} ({d['failures']} failed, {d['missing']} missing)"
-    from .report.text import fmt_interval
+    from pytest_oloproof.report.text import fmt_interval
 
     iv = d["interval"]
     at_worst = " with missing at worst" if iv.get("missing_at_worst") else ""
@@ -239,7 +240,7 @@ def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
 
 def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
     """A GitHub step-summary section for the decision (rendering-safe, see `report.markdown`)."""
-    from .report.markdown import decision_markdown
+    from pytest_oloproof.report.markdown import decision_markdown
 
     return decision_markdown(doc, doc_id, describe_test)
 
@@ -333,7 +334,7 @@ def plan_run(
             worst = missing_at_worst(vals, c["missing"], kind, confidence=confidence, seed=seed)
             low, high = worst["low"], worst["high"]
         else:
-            from . import stats
+            from pytest_oloproof.stats import intervals as stats
 
             iv = (stats.rate_interval if kind == "rate" else stats.mean_interval)(vals, confidence, seed=seed)
             low, high = iv.low, iv.high
@@ -363,7 +364,7 @@ def plan_comparison(
     reason: str,
 ) -> str:
     """One line for an undecided comparison decision: how many pairs would decide it (see the module's docstring)."""
-    from .compare import fmt_margin, paired_interval, worst_bounds
+    from .comparison import fmt_margin, paired_interval, worst_bounds
 
     if reason != INTERVAL_OVERLAPS_MARGIN:
         return f"not a question of sample size ({reason})"

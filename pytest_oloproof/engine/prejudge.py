@@ -20,12 +20,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import usage
-from .cache import Caches
-from .cases import Case
-from .evaluation import AHEAD, Ahead, Verdict, _Digests, _judge, asks_a_model, eval_input, stored_bundle, verdict_key
-from .evaluators.base import Evaluator
-from .execute import EXECUTION_ENTRY
+from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.evaluate.record import (
+    AHEAD,
+    Ahead,
+    Verdict,
+    _Digests,
+    _judge,
+    asks_a_model,
+    eval_input,
+    stored_bundle,
+    verdict_key,
+)
+from pytest_oloproof.evaluators.base import Evaluator
+from pytest_oloproof.records.cases import Case
+from pytest_oloproof.usage import accounting as usage
+
+from .stages import EXECUTION_ENTRY
 
 #: How often (seconds) a verdict waiting on an earlier case's claim checks whether the run is stopping.
 WAIT_POLL_S = 0.05
@@ -42,7 +53,7 @@ def may_judge_ahead(ev: Evaluator, configured: Sequence[Evaluator], budget: usag
     """
     if not any(ev is c for c in configured):
         return False
-    if not type(ev).__module__.startswith(__package__ + "."):
+    if not type(ev).__module__.startswith("pytest_oloproof."):
         return False
     return budget is None or not asks_a_model(ev)
 

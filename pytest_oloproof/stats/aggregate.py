@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from . import stats
+from . import intervals as stats
 
 COMPUTED_SLICES = ("relevant_position", "context_truncated")
 

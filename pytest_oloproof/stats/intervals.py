@@ -270,7 +270,7 @@ def mean_interval(
     """Interval for the mean of graded scores in [0, 1], valid at every n (from `GAFFKE_FROM` units: conjectured).
 
     Below `GAFFKE_FROM` independent units, the order-free betting mixture
-    (`pytest_oloproof.mixture`); from there, Gaffke's bound (`pytest_oloproof.gaffke`), about as
+    (`pytest_oloproof.stats.mixture`); from there, Gaffke's bound (`pytest_oloproof.stats.gaffke`), about as
     narrow as the t-interval where the CLT holds. Neither uses the CLT or bootstrap
     asymptotics, only the bounds [0, 1], and neither depends on the order of the values
     (``seed`` only draws Gaffke's Monte Carlo weights). With clusters the units are whole
@@ -426,7 +426,7 @@ def paired_rate_interval(b: int, c: int, n: int, confidence: float = 0.95) -> In
     ``b`` = pairs where only the candidate passes, ``c`` = only the baseline passes, ``n`` =
     all pairs; bounds are fractions in [−1, 1]. Compatible with the exact McNemar test (it
     excludes 0 exactly when that test rejects) and measured to cover ≥ 95% in every cell by
-    exact sums (`pytest_oloproof.paired_exact`). No changed verdict in 13 pairs gives ±0.247.
+    exact sums (`pytest_oloproof.stats.paired_exact`). No changed verdict in 13 pairs gives ±0.247.
     """
     _check_confidence(confidence)
     b, c, n = _check_count(b, "b"), _check_count(c, "c"), _check_count(n, "n")

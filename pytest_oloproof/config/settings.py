@@ -13,8 +13,8 @@ from typing import Annotated, Any, TypeVar
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
-from . import redaction
-from .errors import ConfigError
+from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.records import redaction
 
 M = TypeVar("M", bound=BaseModel)
 #: any `${...}`; what is inside is checked by `_expand_one` (a bad name is an error, never literal text)

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from . import usage
-from .cases import Case
-from .errors import OloproofError, StoreError
-from .evaluators.base import Evaluator
-from .evaluators.retrieval import qrels_of
-from .execute import Engine, Plan, ResolvedSystem
-from .runner import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
-from .system import load_object
+from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
+from pytest_oloproof.errors import OloproofError, StoreError
+from pytest_oloproof.evaluators.base import Evaluator
+from pytest_oloproof.evaluators.retrieval import qrels_of
+from pytest_oloproof.records.cases import Case
+from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
+from pytest_oloproof.system.declare import load_object
+from pytest_oloproof.usage import accounting as usage
 
 SCHEMA = "oloproof.diagnosis/1"
 INTERVENTIONS = ("gold-context", "top-k", "reranker")

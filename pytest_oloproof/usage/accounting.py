@@ -28,7 +28,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from .errors import OloproofError
+from pytest_oloproof.errors import OloproofError
 
 Entry = dict[str, Any]
 
@@ -479,7 +479,7 @@ class Budget:
 
     def share(self, directory: Path) -> None:
         """Keep the counts in a ledger under `directory`, shared with other processes of the session."""
-        from .cache import open_diskcache
+        from pytest_oloproof.cache.caches import open_diskcache
 
         directory.mkdir(parents=True, exist_ok=True)
         self._ledger = open_diskcache(directory)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import ConfigError, ContractError
+from pytest_oloproof.errors import ConfigError, ContractError
 
 T = TypeVar("T")
 

@@ -11,9 +11,9 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import fastjson
-from .errors import OloproofError
-from .redaction import redact
+from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.records import fastjson
+from pytest_oloproof.records.redaction import redact
 
 if TYPE_CHECKING:
     import diskcache

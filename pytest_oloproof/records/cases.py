@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import CaseFileError
+from pytest_oloproof.errors import CaseFileError
 
 CASE_KEYS = ("id", "input", "expected", "metadata")
 RELEVANT_KEYS = ("doc_id", "chunk_id", "grade")

@@ -1,0 +1,5 @@
+"""The engine: one case through the stages and caches (retries, timeouts, error records), and the
+look-ahead that executes and judges cases before their pytest items ask for them.
+
+May import: evaluate, evaluators, usage, cache, store, stats, system, config, records, errors. Never pytest.
+"""
