@@ -1,6 +1,20 @@
-"""Exceptions shared by the core, the plugin and the CLI."""
+"""Exceptions shared by the core, the plugin and the CLI, and the one table of exit statuses."""
 
 from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """Every exit status `pytest --oloproof` and `oloproof` return (the README's "Exit codes" table)."""
+
+    OK = 0  # success; every case passed; the gate's PASS
+    FAILED = 1  # some cases failed (no policy); a judge validation that did not pass
+    USAGE = 2  # usage, configuration, case file, unreadable record, unwritable store: nothing ran
+    BLOCK = 3  # the release gate refused the candidate
+    INTERNAL = 4  # a bug in Oloproof
+    NO_TESTS = 5  # pytest's own "no tests collected" (`-k nomatch`)
+    PIPE = 141  # stdout closed by its reader (128 + SIGPIPE)
 
 
 class OloproofError(Exception):
