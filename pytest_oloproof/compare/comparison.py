@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_oloproof.errors import OloproofError, StoreError
+from pytest_oloproof.records.access import cases_by_id, criteria_of, shared_criteria
 from pytest_oloproof.records.identity import settings_identity, sha256_of
 from pytest_oloproof.records.redaction import redact_obj
 from pytest_oloproof.stats import intervals as stats
@@ -93,23 +94,6 @@ def check_comparable(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) 
             f"the runs are of different systems: candidate {candidate.get('run_id')} is {cand!r}, "
             f"baseline {baseline.get('run_id')} is {base!r}; compare two runs of one system"
         )
-
-
-def criteria_of(record: Mapping[str, Any]) -> list[str]:
-    """Criterion names a run recorded, in evaluator order (case records as a fallback)."""
-    names = [e["criterion"] for e in record.get("evaluators") or [] if e.get("criterion")]
-    if names:
-        return names
-    seen: dict[str, None] = {}
-    for c in record.get("cases") or []:
-        for name in c.get("criteria") or {}:
-            seen.setdefault(name, None)
-    return list(seen)
-
-
-def shared_criteria(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
-    base = set(criteria_of(baseline))
-    return [c for c in criteria_of(candidate) if c in base]
 
 
 # ------------------------------------------------------------------ judges
@@ -208,10 +192,6 @@ class Pairing:
     @property
     def binary(self) -> bool:
         return all(b in (0.0, 1.0) and c in (0.0, 1.0) for _, b, c in self.pairs)
-
-
-def _by_id(record: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {c["id"]: c for c in record.get("cases") or []}
 
 
 def pair_criterion(
@@ -618,7 +598,7 @@ def compare_runs(
         (policy.policy.confidence if policy and policy.policy.confidence else None) or candidate.get("confidence", 0.95)
     )
     seed = int(candidate.get("seed", 0) or 0)
-    cand_cases, base_cases = _by_id(candidate), _by_id(baseline)
+    cand_cases, base_cases = cases_by_id(candidate), cases_by_id(baseline)
     both = sorted(set(cand_cases) & set(base_cases))
     only_cand = sorted(set(cand_cases) - set(base_cases))
     only_base = sorted(set(base_cases) - set(cand_cases))

@@ -24,6 +24,7 @@ from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
 from pytest_oloproof.errors import OloproofError, StoreError
 from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of
+from pytest_oloproof.records.access import asserting, by_id, evaluator_rows, recorded_relevance_unit
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.system.declare import load_object
@@ -533,7 +534,7 @@ class _GoldSource:
 
     @cached_property
     def _by_id(self) -> dict[str, Mapping[str, Any]]:
-        return {e["id"]: e for e in self.doc["cases"]}
+        return by_id(self.doc["cases"])
 
     def entry(self, case_id: str) -> dict[str, Any]:
         e = self._by_id[case_id]  # KeyError for a case the stored diagnosis does not hold
@@ -626,7 +627,7 @@ class Diagnoser:
             budget=self.ev.budget,
         )
         self.top_k = int(rsys.get("top_k") or depth)
-        self.unit = _relevance_unit(run) or self.ev.relevance_unit
+        self.unit = recorded_relevance_unit(run) or self.ev.relevance_unit
         self.by_id: dict[str, dict[str, Any]] = {}
         self.failed_ids: list[str] = []
         self.undiagnosable: set[str] = set()
@@ -661,14 +662,13 @@ class Diagnoser:
             )
 
     def _criterion(self, run: Mapping[str, Any]) -> tuple[str, Evaluator]:
-        declared = [e for e in run.get("evaluators") or [] if isinstance(e, Mapping)]
-        names = [e["criterion"] for e in declared]
+        names = [e["criterion"] for e in evaluator_rows(run)]
         name = self.request.criterion
         if name is None:
-            asserting = [e["criterion"] for e in declared if e.get("asserts")]
-            if not asserting:
+            asserts = asserting(run)
+            if not asserts:
                 raise DiagnosisError(f"run {self.run_id} has no pass/fail criterion; name one with --criterion")
-            name = asserting[0]
+            name = asserts[0]
         if name not in names:
             raise DiagnosisError(
                 f"--criterion {name!r}: run {self.run_id} has no such criterion (it has {', '.join(names) or 'none'})"
@@ -919,11 +919,3 @@ class Diagnoser:
             self.finish(complete=False)
             raise
         return self.finish()
-
-
-def _relevance_unit(run: Mapping[str, Any]) -> str | None:
-    for e in run.get("evaluators") or []:
-        unit = (e.get("settings") or {}).get("relevance_unit") if isinstance(e, Mapping) else None
-        if unit:
-            return str(unit)
-    return None
