@@ -18,7 +18,7 @@ import concurrent.futures
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
 from pytest_oloproof.errors import OloproofError, StoreError
@@ -26,6 +26,7 @@ from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of
 from pytest_oloproof.records.access import asserting, by_id, evaluator_rows, recorded_relevance_unit
 from pytest_oloproof.records.cases import Case
+from pytest_oloproof.records.shapes import CaseRecord, DiagnosisDoc, RunRecord
 from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.system.declare import load_object
 from pytest_oloproof.usage import accounting as usage
@@ -114,7 +115,7 @@ class Request:
 class Result:
     """A finished diagnosis: the stored document, its id (None when nothing was selected) and its text."""
 
-    doc: dict[str, Any]
+    doc: DiagnosisDoc
     doc_id: str | None
     lines: list[str]
     #: what this diagnosis's re-execution spent (its child runs' `usage`); not part of the stored document
@@ -276,13 +277,13 @@ def build_gold_doc(
     entries: Sequence[Mapping[str, Any]],
     undiagnosable: Sequence[str],
     child_runs: Mapping[str, str],
-) -> dict[str, Any]:
+) -> DiagnosisDoc:
     """The oloproof.diagnosis/1 document of a gold-context diagnosis (no timestamps: equal inputs, equal id)."""
     entries = sorted(entries, key=lambda e: e["id"])
     tally = _gold_tally(entries)
     imp = implicated(tally["labels"], tally["recovered"], tally["diagnosed"])
     experiments = [{"factor": i["factor"], "experiment": x} for i in imp for x in FACTORS[i["label"]][1]]
-    return {
+    doc = {
         **base,
         "intervention": {"name": "gold-context", "settings": {}},
         "selected": [e["id"] for e in entries],
@@ -301,6 +302,7 @@ def build_gold_doc(
         "candidate_experiments": experiments,
         "child_runs": dict(child_runs),
     }
+    return cast(DiagnosisDoc, doc)  # built from the writer's own parts
 
 
 def build_replay_doc(
@@ -310,7 +312,7 @@ def build_replay_doc(
     undiagnosable: Sequence[str],
     child_runs: Mapping[str, str],
     gold_doc_id: str,
-) -> dict[str, Any]:
+) -> DiagnosisDoc:
     """The document of a top-k or reranker replay, carrying the gold-context labels of the same cases."""
     entries = [
         {**e, "unstable": e["label"] == UNSTABLE or passed(e["replay_control"])}
@@ -324,7 +326,7 @@ def build_replay_doc(
         if not e["unstable"] and e["label"] != NOT_DIAGNOSED and observed(e["replay"]) and observed(e["replay_control"])
     ]
     confirmable = [e for e in counted if e["label"] in CONFIRMS[name]]
-    return {
+    doc = {
         **base,
         "intervention": dict(intervention),
         "gold_context_diagnosis": gold_doc_id,
@@ -357,6 +359,7 @@ def build_replay_doc(
         "cases": list(entries),
         "child_runs": dict(child_runs),
     }
+    return cast(DiagnosisDoc, doc)  # built from the writer's own parts
 
 
 def _missing_of(entries: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -530,7 +533,7 @@ class _GoldSource:
     """A stored gold-context diagnosis reused instead of re-executing its child runs."""
 
     doc_id: str
-    doc: dict[str, Any]
+    doc: DiagnosisDoc
 
     @cached_property
     def _by_id(self) -> dict[str, Mapping[str, Any]]:
@@ -628,7 +631,7 @@ class Diagnoser:
         )
         self.top_k = int(rsys.get("top_k") or depth)
         self.unit = recorded_relevance_unit(run) or self.ev.relevance_unit
-        self.by_id: dict[str, dict[str, Any]] = {}
+        self.by_id: dict[str, CaseRecord] = {}
         self.failed_ids: list[str] = []
         self.undiagnosable: set[str] = set()
         for rec in run.get("cases") or []:
@@ -661,7 +664,7 @@ class Diagnoser:
                 "function(query, candidates); re-run the cases and diagnose the new run"
             )
 
-    def _criterion(self, run: Mapping[str, Any]) -> tuple[str, Evaluator]:
+    def _criterion(self, run: RunRecord) -> tuple[str, Evaluator]:
         names = [e["criterion"] for e in evaluator_rows(run)]
         name = self.request.criterion
         if name is None:
@@ -719,10 +722,10 @@ class Diagnoser:
         a replay only needs the labels, so any diagnosis covering its cases will do.
         """
         store, base = self.ev.store, self.base()
-        found: list[tuple[str, str, dict[str, Any]]] = []
+        found: list[tuple[str, str, DiagnosisDoc]] = []
         for doc_id in store.docs("diagnosis"):
             try:
-                doc = store.load_doc("diagnosis", doc_id)
+                doc = cast(DiagnosisDoc, store.load_doc("diagnosis", doc_id))  # validated by check_doc
             except StoreError:
                 continue
             if any(doc.get(k) != v for k, v in base.items()):
@@ -890,7 +893,7 @@ class Diagnoser:
         else:
             gold_id = next(iter(reused - {None}))
             assert gold_id is not None
-            gold_doc = self.ev.store.load_doc("diagnosis", gold_id)
+            gold_doc = cast(DiagnosisDoc, self.ev.store.load_doc("diagnosis", gold_id))
         if not self.is_replay():
             return Result(gold_doc, gold_id, render(gold_doc, gold_id))
         children = {**gold_doc["child_runs"], "replay": child["replay"], "replay_control": child["replay_control"]}
