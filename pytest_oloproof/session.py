@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_oloproof import __version__
 from pytest_oloproof.cache.caches import CacheMode, Caches
@@ -29,6 +29,7 @@ from pytest_oloproof.evaluators.registry import Registry
 from pytest_oloproof.evaluators.retrieval import label_facts
 from pytest_oloproof.records.cases import Case, load_cases
 from pytest_oloproof.records.identity import case_digest, case_set_digest, settings_identity
+from pytest_oloproof.records.shapes import CaseRecord, RunRecord, RunSummary
 from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
 from pytest_oloproof.store.files import RunWriter, Store, new_run_id, write_json_lines, write_json_stream
 from pytest_oloproof.usage import accounting as usage
@@ -434,11 +435,11 @@ class RunRecorder:
             rec = fallback
         self.cases.append(slim_case(rec))
 
-    def summarize(self) -> dict[str, Any]:
+    def summarize(self) -> RunSummary:
         """Metrics, slices and cache counts for the cases recorded so far."""
         return summarize_run(self.cases, summary_settings(self.header))
 
-    def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> RunRecord:
         """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
         if status != "complete" and self._writer is not None:
             self._reconcile()
@@ -455,7 +456,9 @@ class RunRecorder:
                 record["cache_misses"] = misses
         record.update(self.usage_fields())
         self._open().finish(record)
-        return {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
+        return cast(
+            RunRecord, {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
+        )
 
     def written_ids(self) -> set[str]:
         """Ids of the cases in cases.jsonl so far (what every reader sees, whatever an interruption left in memory)."""
@@ -464,7 +467,7 @@ class RunRecorder:
         self._writer.flush()
         return {str(rec.get("id")) for rec in self.store.iter_cases(self.run_id, strict=False)}
 
-    def _written_cases(self) -> Iterable[dict[str, Any]]:
+    def _written_cases(self) -> Iterable[CaseRecord]:
         """This run's full case records, as written so far (read back once, for the cache-miss reasons)."""
         if self._writer is None:
             return iter(())

@@ -253,6 +253,22 @@ def test_warns_on_index_version_and_incomplete_runs(store: Store) -> None:
     assert f"the candidate run {c} is incomplete" in doc["warnings"]
 
 
+def test_a_criterion_only_the_cases_record_is_compared_as_the_report_shows_it(store: Store) -> None:
+    """A run killed before an evaluator fixture's criterion reached its header still records it in every
+    case; the comparison pairs it like the HTML report lists it, instead of leaving it out silently."""
+    from pytest_oloproof.report.model import case_payload
+
+    declared = [{"criterion": "ok", "type": "contains", "kind": "rate", "asserts": True, "settings": {}}]
+    cases = {"a": {"ok": 1.0, "grounded": 1.0}, "b": {"ok": 0.0, "grounded": 0.0}}
+    c = make_run(store, cases, evaluators=declared, status="incomplete")
+    b = make_run(store, cases, evaluators=declared)
+    _id, doc = run_comparison(store, c, b)
+    shown = [row["name"] for row in case_payload(store.load_run(c))["criteria"]]
+    assert shown == ["ok", "grounded"]
+    assert list(doc["criteria"]) == shown
+    assert doc["criteria"]["grounded"]["paired"] == 2
+
+
 # ------------------------------------------------------------------ errors before anything is written
 
 

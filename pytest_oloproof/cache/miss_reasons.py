@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_oloproof.errors import StoreError
 from pytest_oloproof.records.identity import sha256_of
+from pytest_oloproof.records.shapes import RunRecord
 from pytest_oloproof.store.files import Store
 
 STAGES = ("execution", "retrieve", "generate", "judgment")
@@ -69,7 +70,7 @@ def evaluator_changes(old: Sequence[Mapping[str, Any]], new: Sequence[Mapping[st
     return out
 
 
-def previous_run(store: Store, run_id: str, system_name: Any) -> tuple[str, dict[str, Any]] | None:
+def previous_run(store: Store, run_id: str, system_name: Any) -> tuple[str, RunRecord] | None:
     """The newest run stored before `run_id` of the same system (an ordinary run, not a diagnosis child)."""
     for other in store.run_ids():
         if other >= run_id:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import core as cli
@@ -58,7 +58,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         kind, full = store.resolve(args.ref, kinds=("run", "comparison"))
     if kind == "run":
         policy.check_single_run(f"plan a comparison (`oloproof plan COMPARISON --policy {args.policy}`)")
-        doc = release.decide_run(load_run(store, full, "run"), policy, store=store)
+        doc: Mapping[str, Any] = release.decide_run(load_run(store, full, "run"), policy, store=store)
         head = f"Plan for run {doc['run']['run_id']} · {doc['run']['cases']} cases · {args.policy}"
     else:
         stored = store.load_doc("comparison", full)

@@ -17,11 +17,13 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pytest_oloproof.errors import OloproofError, StoreError
+from pytest_oloproof.records.access import cases_by_id, criteria_of, shared_criteria
 from pytest_oloproof.records.identity import settings_identity, sha256_of
 from pytest_oloproof.records.redaction import redact_obj
+from pytest_oloproof.records.shapes import ComparisonDoc, DecisionDoc, RunHeadline, RunRecord
 from pytest_oloproof.stats import intervals as stats
 from pytest_oloproof.stats.aggregate import slice_value
 from pytest_oloproof.store.files import Store, load_run_file
@@ -52,7 +54,7 @@ class ComparisonError(OloproofError):
 # ------------------------------------------------------------------ loading runs
 
 
-def load_run(store: Store, ref: str, role: str) -> dict[str, Any]:
+def load_run(store: Store, ref: str, role: str) -> RunRecord:
     """A whole run record (cases inline) from a run id, a unique prefix, or a run-record JSON file.
 
     A run that recorded no case cannot be compared: that is an error, not an empty comparison.
@@ -93,23 +95,6 @@ def check_comparable(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) 
             f"the runs are of different systems: candidate {candidate.get('run_id')} is {cand!r}, "
             f"baseline {baseline.get('run_id')} is {base!r}; compare two runs of one system"
         )
-
-
-def criteria_of(record: Mapping[str, Any]) -> list[str]:
-    """Criterion names a run recorded, in evaluator order (case records as a fallback)."""
-    names = [e["criterion"] for e in record.get("evaluators") or [] if e.get("criterion")]
-    if names:
-        return names
-    seen: dict[str, None] = {}
-    for c in record.get("cases") or []:
-        for name in c.get("criteria") or {}:
-            seen.setdefault(name, None)
-    return list(seen)
-
-
-def shared_criteria(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
-    base = set(criteria_of(baseline))
-    return [c for c in criteria_of(candidate) if c in base]
 
 
 # ------------------------------------------------------------------ judges
@@ -208,10 +193,6 @@ class Pairing:
     @property
     def binary(self) -> bool:
         return all(b in (0.0, 1.0) and c in (0.0, 1.0) for _, b, c in self.pairs)
-
-
-def _by_id(record: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    return {c["id"]: c for c in record.get("cases") or []}
 
 
 def pair_criterion(
@@ -585,7 +566,7 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
 # ------------------------------------------------------------------ the whole comparison
 
 
-def _run_summary(record: Mapping[str, Any], source: str | None) -> dict[str, Any]:
+def _run_summary(record: Mapping[str, Any], source: str | None) -> RunHeadline:
     return {
         "run_id": record.get("run_id"),
         "status": record.get("status"),
@@ -596,13 +577,13 @@ def _run_summary(record: Mapping[str, Any], source: str | None) -> dict[str, Any
 
 
 def compare_runs(
-    candidate: Mapping[str, Any],
-    baseline: Mapping[str, Any],
+    candidate: RunRecord,
+    baseline: RunRecord,
     policy: LoadedPolicy | None = None,
     *,
     store: Store | None = None,
     sources: tuple[str | None, str | None] = (None, None),
-) -> dict[str, Any]:
+) -> ComparisonDoc:
     """Build the `oloproof.comparison/1` document (raises ComparisonError/ConfigError before any write)."""
     check_comparable(candidate, baseline)
     shared = shared_criteria(candidate, baseline)
@@ -618,7 +599,7 @@ def compare_runs(
         (policy.policy.confidence if policy and policy.policy.confidence else None) or candidate.get("confidence", 0.95)
     )
     seed = int(candidate.get("seed", 0) or 0)
-    cand_cases, base_cases = _by_id(candidate), _by_id(baseline)
+    cand_cases, base_cases = cases_by_id(candidate), cases_by_id(baseline)
     both = sorted(set(cand_cases) & set(base_cases))
     only_cand = sorted(set(cand_cases) - set(base_cases))
     only_base = sorted(set(base_cases) - set(cand_cases))
@@ -678,7 +659,7 @@ def compare_runs(
         if cid in values_changed:
             row["changed"] = values_changed[cid]
         case_rows.append(row)
-    return {
+    doc = {
         "schema": SCHEMA,
         "candidate": _run_summary(candidate, sources[0]),
         "baseline": _run_summary(baseline, sources[1]),
@@ -713,6 +694,7 @@ def compare_runs(
         "cases": case_rows,
         **_cost_field(candidate, baseline),
     }
+    return cast(ComparisonDoc, doc)
 
 
 def _cost_field(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> dict[str, Any]:
@@ -865,10 +847,10 @@ def _markdown_case_sets(doc: Mapping[str, Any]) -> list[str]:
 
 def run_comparison(
     store: Store,
-    candidate_ref: str | Mapping[str, Any],
-    baseline_ref: str | Mapping[str, Any],
+    candidate_ref: str | RunRecord,
+    baseline_ref: str | RunRecord,
     policy: LoadedPolicy | str | Path | None = None,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, ComparisonDoc]:
     """Load, validate, compare, store; returns (comparison id, document).
 
     Everything that can be wrong (policy, run ids, systems, criteria) is checked before
@@ -876,14 +858,14 @@ def run_comparison(
     """
     loaded = load_policy(policy) if isinstance(policy, (str, Path)) else policy
     sources: list[str | None] = []
-    records: list[Mapping[str, Any]] = []
+    records: list[RunRecord] = []
     for role, ref in (("candidate", candidate_ref), ("baseline", baseline_ref)):
-        if isinstance(ref, Mapping):
-            records.append(ref)
-            sources.append(None)
-        else:
+        if isinstance(ref, str):
             records.append(load_run(store, ref, role))
             sources.append(str(Path(ref).resolve()) if ref.endswith(".json") else None)
+        else:
+            records.append(ref)
+            sources.append(None)
     doc = compare_runs(records[0], records[1], loaded, store=store, sources=(sources[0], sources[1]))
     return store.save_doc("comparison", doc), doc
 
@@ -898,14 +880,14 @@ class SessionGate:
     """
 
     def __init__(
-        self, store: Store, baseline: dict[str, Any] | None, baseline_source: str | None, policy: LoadedPolicy | None
+        self, store: Store, baseline: RunRecord | None, baseline_source: str | None, policy: LoadedPolicy | None
     ) -> None:
         self.store = store
         self.baseline = baseline  # None: a policy of single-run decisions decides the run alone
         self.baseline_source = baseline_source
         self.policy = policy
-        self.comparison: tuple[str, dict[str, Any]] | None = None  # (id, document) once applied
-        self.decision: tuple[str, dict[str, Any]] | None = None  # (id, document) of a run decided alone
+        self.comparison: tuple[str, ComparisonDoc] | None = None  # (id, document) once applied
+        self.decision: tuple[str, DecisionDoc] | None = None  # (id, document) of a run decided alone
 
     @classmethod
     def prepare(
@@ -971,7 +953,7 @@ class SessionGate:
         base = set(criteria_of(self.baseline))
         self.policy.check_criteria([c for c in criteria if c in base], why=f"both runs must record it, and {own}")
 
-    def apply(self, record: Mapping[str, Any], summary_lines: list[str], step_summary: str | None = None) -> int | None:
+    def apply(self, record: RunRecord, summary_lines: list[str], step_summary: str | None = None) -> int | None:
         """Compare the session's run with the baseline; extend the summary; return the exit status to force.
 
         Returns 0 (PASS) or 3 (BLOCK) with a policy, None without one (pytest's own status stands).
@@ -997,7 +979,7 @@ class SessionGate:
                 f.write(redact(markdown(doc, doc_id)))
         return int(doc["exit_code"]) if self.policy is not None else None
 
-    def _decide_alone(self, record: Mapping[str, Any], summary_lines: list[str], step_summary: str | None) -> int:
+    def _decide_alone(self, record: RunRecord, summary_lines: list[str], step_summary: str | None) -> int:
         """No baseline: the policy's single-run decisions decide the run; the decision is stored content-addressed."""
         from . import release
 

@@ -23,6 +23,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.records.access import criteria_of
+from pytest_oloproof.records.shapes import DecisionDoc, RunRecord
 from pytest_oloproof.stats.aggregate import compute_metrics, missing_at_worst
 from pytest_oloproof.store.files import Store
 
@@ -157,15 +159,14 @@ def gate_of(policy: LoadedPolicy, decisions: Sequence[Mapping[str, Any]]) -> str
 
 
 def decide_run(
-    record: Mapping[str, Any],
+    record: RunRecord,
     policy: LoadedPolicy,
     *,
     store: Store | None = None,
     source: str | None = None,
-) -> dict[str, Any]:
+) -> DecisionDoc:
     """The `oloproof.decision/1` document of one run under a policy of single-run decisions."""
     policy.check_single_run("compare two runs with `oloproof compare CANDIDATE BASELINE --policy FILE`")
-    from .comparison import criteria_of
 
     policy.check_criteria(
         criteria_of(record), why="the run must record it", listing="criteria of the run", single_run=True

@@ -18,13 +18,15 @@ import concurrent.futures
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
 from pytest_oloproof.errors import OloproofError, StoreError
 from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of
+from pytest_oloproof.records.access import asserting, by_id, evaluator_rows, recorded_relevance_unit
 from pytest_oloproof.records.cases import Case
+from pytest_oloproof.records.shapes import CaseRecord, DiagnosisDoc, RunRecord
 from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.system.declare import load_object
 from pytest_oloproof.usage import accounting as usage
@@ -113,7 +115,7 @@ class Request:
 class Result:
     """A finished diagnosis: the stored document, its id (None when nothing was selected) and its text."""
 
-    doc: dict[str, Any]
+    doc: DiagnosisDoc
     doc_id: str | None
     lines: list[str]
     #: what this diagnosis's re-execution spent (its child runs' `usage`); not part of the stored document
@@ -275,13 +277,13 @@ def build_gold_doc(
     entries: Sequence[Mapping[str, Any]],
     undiagnosable: Sequence[str],
     child_runs: Mapping[str, str],
-) -> dict[str, Any]:
+) -> DiagnosisDoc:
     """The oloproof.diagnosis/1 document of a gold-context diagnosis (no timestamps: equal inputs, equal id)."""
     entries = sorted(entries, key=lambda e: e["id"])
     tally = _gold_tally(entries)
     imp = implicated(tally["labels"], tally["recovered"], tally["diagnosed"])
     experiments = [{"factor": i["factor"], "experiment": x} for i in imp for x in FACTORS[i["label"]][1]]
-    return {
+    doc = {
         **base,
         "intervention": {"name": "gold-context", "settings": {}},
         "selected": [e["id"] for e in entries],
@@ -300,6 +302,7 @@ def build_gold_doc(
         "candidate_experiments": experiments,
         "child_runs": dict(child_runs),
     }
+    return cast(DiagnosisDoc, doc)  # built from the writer's own parts
 
 
 def build_replay_doc(
@@ -309,7 +312,7 @@ def build_replay_doc(
     undiagnosable: Sequence[str],
     child_runs: Mapping[str, str],
     gold_doc_id: str,
-) -> dict[str, Any]:
+) -> DiagnosisDoc:
     """The document of a top-k or reranker replay, carrying the gold-context labels of the same cases."""
     entries = [
         {**e, "unstable": e["label"] == UNSTABLE or passed(e["replay_control"])}
@@ -323,7 +326,7 @@ def build_replay_doc(
         if not e["unstable"] and e["label"] != NOT_DIAGNOSED and observed(e["replay"]) and observed(e["replay_control"])
     ]
     confirmable = [e for e in counted if e["label"] in CONFIRMS[name]]
-    return {
+    doc = {
         **base,
         "intervention": dict(intervention),
         "gold_context_diagnosis": gold_doc_id,
@@ -356,6 +359,7 @@ def build_replay_doc(
         "cases": list(entries),
         "child_runs": dict(child_runs),
     }
+    return cast(DiagnosisDoc, doc)  # built from the writer's own parts
 
 
 def _missing_of(entries: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> dict[str, dict[str, Any]]:
@@ -529,11 +533,11 @@ class _GoldSource:
     """A stored gold-context diagnosis reused instead of re-executing its child runs."""
 
     doc_id: str
-    doc: dict[str, Any]
+    doc: DiagnosisDoc
 
     @cached_property
     def _by_id(self) -> dict[str, Mapping[str, Any]]:
-        return {e["id"]: e for e in self.doc["cases"]}
+        return by_id(self.doc["cases"])
 
     def entry(self, case_id: str) -> dict[str, Any]:
         e = self._by_id[case_id]  # KeyError for a case the stored diagnosis does not hold
@@ -626,8 +630,8 @@ class Diagnoser:
             budget=self.ev.budget,
         )
         self.top_k = int(rsys.get("top_k") or depth)
-        self.unit = _relevance_unit(run) or self.ev.relevance_unit
-        self.by_id: dict[str, dict[str, Any]] = {}
+        self.unit = recorded_relevance_unit(run) or self.ev.relevance_unit
+        self.by_id: dict[str, CaseRecord] = {}
         self.failed_ids: list[str] = []
         self.undiagnosable: set[str] = set()
         for rec in run.get("cases") or []:
@@ -660,15 +664,14 @@ class Diagnoser:
                 "function(query, candidates); re-run the cases and diagnose the new run"
             )
 
-    def _criterion(self, run: Mapping[str, Any]) -> tuple[str, Evaluator]:
-        declared = [e for e in run.get("evaluators") or [] if isinstance(e, Mapping)]
-        names = [e["criterion"] for e in declared]
+    def _criterion(self, run: RunRecord) -> tuple[str, Evaluator]:
+        names = [e["criterion"] for e in evaluator_rows(run)]
         name = self.request.criterion
         if name is None:
-            asserting = [e["criterion"] for e in declared if e.get("asserts")]
-            if not asserting:
+            asserts = asserting(run)
+            if not asserts:
                 raise DiagnosisError(f"run {self.run_id} has no pass/fail criterion; name one with --criterion")
-            name = asserting[0]
+            name = asserts[0]
         if name not in names:
             raise DiagnosisError(
                 f"--criterion {name!r}: run {self.run_id} has no such criterion (it has {', '.join(names) or 'none'})"
@@ -719,10 +722,10 @@ class Diagnoser:
         a replay only needs the labels, so any diagnosis covering its cases will do.
         """
         store, base = self.ev.store, self.base()
-        found: list[tuple[str, str, dict[str, Any]]] = []
+        found: list[tuple[str, str, DiagnosisDoc]] = []
         for doc_id in store.docs("diagnosis"):
             try:
-                doc = store.load_doc("diagnosis", doc_id)
+                doc = cast(DiagnosisDoc, store.load_doc("diagnosis", doc_id))  # validated by check_doc
             except StoreError:
                 continue
             if any(doc.get(k) != v for k, v in base.items()):
@@ -890,7 +893,7 @@ class Diagnoser:
         else:
             gold_id = next(iter(reused - {None}))
             assert gold_id is not None
-            gold_doc = self.ev.store.load_doc("diagnosis", gold_id)
+            gold_doc = cast(DiagnosisDoc, self.ev.store.load_doc("diagnosis", gold_id))
         if not self.is_replay():
             return Result(gold_doc, gold_id, render(gold_doc, gold_id))
         children = {**gold_doc["child_runs"], "replay": child["replay"], "replay_control": child["replay_control"]}
@@ -919,11 +922,3 @@ class Diagnoser:
             self.finish(complete=False)
             raise
         return self.finish()
-
-
-def _relevance_unit(run: Mapping[str, Any]) -> str | None:
-    for e in run.get("evaluators") or []:
-        unit = (e.get("settings") or {}).get("relevance_unit") if isinstance(e, Mapping) else None
-        if unit:
-            return str(unit)
-    return None

@@ -28,6 +28,7 @@ from pytest_oloproof.config.values import parse_positive_int
 from pytest_oloproof.errors import OloproofError, WriteError
 from pytest_oloproof.records import redaction
 from pytest_oloproof.records.redaction import redact
+from pytest_oloproof.records.shapes import RunRecord
 from pytest_oloproof.report.junit import junit_value
 
 if TYPE_CHECKING:  # the core is imported when --oloproof is given, not whenever pytest starts
@@ -335,7 +336,7 @@ class OloproofPlugin:
         self.cache_mode: CacheMode = config.getoption("oloproof_cache") or CacheMode.READWRITE
         self.evaluation: Evaluation | None = None
         self.recorder: RunRecorder | None = None
-        self.record: dict[str, Any] | None = None
+        self.record: RunRecord | None = None
         self._outcomes: dict[str, tuple[dict[str, Any], Any]] = {}  # nodeid -> (record, evaluators) until reported
         self._diagnoses: dict[str, dict[str, Any]] = {}  # nodeid -> a diagnosis item's outcome until reported
         self.prefetcher: Any = None
@@ -1143,7 +1144,7 @@ class OloproofPlugin:
         self.summary_lines = lines
         session.exitstatus = EXIT_USAGE
 
-    def _write_html(self, path: Path, record: dict[str, Any]) -> None:
+    def _write_html(self, path: Path, record: RunRecord) -> None:
         """The run's HTML page, with the session's comparison when there was one."""
         from pytest_oloproof.report.html import run_page, write_page
 

@@ -1,4 +1,9 @@
-"""Case files (SPEC §4): JSONL, one case per line, validated before anything runs."""
+"""Case files: JSONL, one case per line, validated before anything runs.
+
+Each line is parsed here (UTF-8, one JSON object, no repeated key, no NaN or lone surrogate), then checked
+against the pydantic schema of a case (`_CaseLine`, with `RelevantUnit` and `GoldPassage` for the labels and
+passages); every problem of every file is reported at once, naming the file, line, key and what it should be.
+"""
 
 from __future__ import annotations
 
@@ -11,13 +16,13 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 from pytest_oloproof.errors import CaseFileError
 
-CASE_KEYS = ("id", "input", "expected", "metadata")
-RELEVANT_KEYS = ("doc_id", "chunk_id", "grade")
-GOLD_KEYS = ("doc_id", "chunk_id", "text")
 _GLOB_CHARS = frozenset("*?[")
 _PREVIEW_CHARS = 60
 #: a \\uD800-\\uDFFF escape: JSON allows it, but alone (not as half of a pair) it is no character UTF-8 can write
@@ -26,22 +31,66 @@ _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def _bad(message: str) -> PydanticCustomError:
+    """An error whose text follows the key's path: "must be ..., got ..." (the path is prepended)."""
+    return PydanticCustomError("case_file", "{message}", {"message": message})
+
+
+def _non_empty(value: Any, what: str = "a non-empty string") -> str:
+    if not _non_empty_str(value):
+        raise _bad(f"must be {what}, got {_preview(value)}")
+    return str(value)
+
+
+def _non_empty_or_null(value: Any) -> str | None:
+    return None if value is None else _non_empty(value, "a non-empty string or null")
+
+
+def _object(value: Any) -> dict[str, Any]:
+    """An optional object-valued key; null gives {}."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _bad(f"must be an object, got {_preview(value)}")
+    return value
+
+
+def _grade(value: Any) -> int:
+    if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+        raise _bad(f"must be an integer >= 0, got {_preview(value)}")
+    return value
+
+
+def _case_id(value: Any) -> str:
+    case_id = _non_empty(value)
+    if _CONTROL.search(case_id):
+        raise _bad(
+            f"{_preview(case_id)} holds a control character (newline, tab, NUL...); "
+            "ids name pytest items: use printable characters"
+        )
+    return case_id
+
+
 @dataclass(frozen=True)
 class RelevantUnit:
-    """One relevance label: a document, or a chunk of one, with a graded judgement."""
+    """One relevance label: a document, or a chunk of one, with a graded judgement (one item of expected.relevant)."""
 
-    doc_id: str
-    chunk_id: str | None = None
-    grade: int = 1  # integer >= 0; 0 = judged not relevant
+    __pydantic_config__ = ConfigDict(extra="forbid")  # read from a case file: no other key, no value coerced
+
+    doc_id: Annotated[str, PlainValidator(_non_empty)]
+    chunk_id: Annotated[str | None, PlainValidator(_non_empty_or_null)] = None
+    grade: Annotated[int, PlainValidator(_grade)] = 1  # integer >= 0; 0 = judged not relevant
 
 
 @dataclass(frozen=True)
 class GoldPassage:
-    """One reference passage that diagnosis puts in place of the retrieved context."""
+    """A reference passage that diagnosis puts in place of the retrieved context (an item of expected.gold_context)."""
 
-    doc_id: str | None
-    text: str
-    chunk_id: str | None = None
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
+    doc_id: Annotated[str | None, PlainValidator(_non_empty_or_null), Field(default=None)]  # optional in a case file
+    text: Annotated[str, PlainValidator(_non_empty)]
+    chunk_id: Annotated[str | None, PlainValidator(_non_empty_or_null)] = None
 
 
 @dataclass(frozen=True)
@@ -254,154 +303,176 @@ def _lone_surrogates(value: Any, path: str) -> Iterator[str]:
             yield from _lone_surrogates(item, f"{path}[{index}]")
 
 
+# ------------------------------------------------------------------ the schema of one line
+#
+# pydantic checks a parsed line against these models; every error it reports, at its location, becomes
+# one message naming the key and what it should be (`_message`), in the order of the keys in the schema.
+
+
+def _relevant_list(value: Any) -> list[Any] | None:
+    if value is not None and not isinstance(value, list):
+        raise _bad(f"must be a list, got {_preview(value)}")
+    return value
+
+
+def _gold_list(value: Any) -> list[Any] | None:
+    if value is not None and (not isinstance(value, list) or not value):
+        raise _bad(f"must be a non-empty list, got {_preview(value)}")
+    return value
+
+
+class _Expected(BaseModel):
+    """`expected`: free-form, but for the relevance labels and gold passages Oloproof reads."""
+
+    model_config = ConfigDict(extra="allow")
+
+    relevant: Annotated[list[RelevantUnit] | None, BeforeValidator(_relevant_list)] = None
+    gold_context: Annotated[list[GoldPassage] | None, BeforeValidator(_gold_list)] = None
+
+
+class _CaseLine(BaseModel):
+    """One line of a case file: a key outside the schema is an error, and no value is coerced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: Annotated[str, PlainValidator(_case_id)]
+    input: Any
+    expected: Annotated[_Expected, BeforeValidator(_object)] = _Expected()
+    metadata: Annotated[dict[str, Any], PlainValidator(_object)] = {}
+
+
 def _build_case(obj: Any, loc: str, first_seen: dict[str, str], errors: list[str]) -> Case | None:
     """Validate one parsed line; return the Case, or None when it has errors."""
     if not isinstance(obj, dict):
         errors.append(f"{loc}: each line must be a JSON object, got {json_type_name(obj)}")
         return None
-    before = len(errors)
-    _check_keys(obj, CASE_KEYS, "", loc, errors)
-
+    found: list[tuple[tuple[Any, ...], str]] = []  # (where in the schema, message)
+    line: _CaseLine | None = None
+    try:
+        line = _CaseLine.model_validate(obj)
+    except ValidationError as exc:
+        found = [_message(e, obj) for e in exc.errors(include_url=False)]
     case_id = obj.get("id")
-    if "id" not in obj:
-        errors.append(f'{loc}: missing required key "id"')
-    elif not isinstance(case_id, str) or not case_id.strip():
-        errors.append(f"{loc}: id must be a non-empty string, got {_preview(case_id)}")
-    elif _CONTROL.search(case_id):
-        errors.append(
-            f"{loc}: id {_preview(case_id)} holds a control character (newline, tab, NUL...); "
-            "ids name pytest items: use printable characters"
-        )
-    elif case_id in first_seen:
-        errors.append(f'{loc}: duplicate id "{case_id}" (first at {first_seen[case_id]})')
-    else:
-        first_seen[case_id] = loc
-
-    if "input" not in obj:
-        errors.append(f'{loc}: missing required key "input"')
-
-    expected = _optional_object(obj, "expected", loc, errors)
-    metadata = _optional_object(obj, "metadata", loc, errors)
-    relevant = _relevant(expected.get("relevant"), loc, errors)
-    gold = _gold_context(expected.get("gold_context"), loc, errors)
-
-    if len(errors) > before:
+    if isinstance(case_id, str) and not (found and any(where[0] == _ID_RANK for where, _ in found)):
+        if case_id in first_seen:  # a valid id: the first line holding it keeps it
+            found.append(((_ID_RANK, 1), f'duplicate id "{case_id}" (first at {first_seen[case_id]})'))
+        else:
+            first_seen[case_id] = loc
+    raw_expected = obj.get("expected")
+    if isinstance(raw_expected, dict):
+        found += _repeated_units(raw_expected.get("relevant"), found)
+    if found:
+        errors += [f"{loc}: {message}" for _, message in sorted(found, key=lambda f: f[0])]
         return None
+    assert line is not None
+    expected = line.expected
     return Case(
-        id=str(case_id),
-        input=obj["input"],
-        expected=expected,
-        metadata=metadata,
-        relevant=relevant,
-        gold_context=gold,
+        id=line.id,
+        input=line.input,
+        expected=raw_expected or {},  # the object as written (null: none)
+        metadata=line.metadata,
+        relevant=None if expected.relevant is None else tuple(expected.relevant),
+        gold_context=None if expected.gold_context is None else tuple(expected.gold_context),
         source=loc,
     )
 
 
-def _optional_object(obj: dict[str, Any], key: str, loc: str, errors: list[str]) -> dict[str, Any]:
-    """An optional object-valued key; absent or null gives {}."""
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        errors.append(f"{loc}: {key} must be an object, got {_preview(value)}")
-        return {}
+#: where each model's keys come in the messages: a line's own keys, then the labels, then the gold passages
+_ORDER: dict[type, tuple[str, ...]] = {
+    _CaseLine: ("id", "input", "expected", "metadata"),
+    _Expected: ("relevant", "gold_context"),
+    RelevantUnit: ("doc_id", "chunk_id", "grade"),
+    GoldPassage: ("doc_id", "chunk_id", "text"),
+}
+
+
+def _rank(model: type, key: str) -> int:
+    """A key's place in its model (unknown keys, ranked 0, come first); keys of `expected` rank after `metadata`."""
+    return _ORDER[model].index(key) + 1 + (4 if model is _Expected else 0)
+
+
+_ID_RANK = _rank(_CaseLine, "id")
+
+
+def _message(error: ErrorDetails, obj: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
+    """One pydantic error as (its place in the schema, the message naming the key and what it should be)."""
+    where = tuple(error["loc"])
+    parent, key = where[:-1], where[-1]
+    if error["type"] == "dataclass_type":  # a label or passage that is no object
+        return _place(where, 0), f"{_path(where)} must be an object, got {_preview(error['input'])}"
+    if error["type"] in ("extra_forbidden", "unexpected_keyword_argument"):  # named with its path, a close spelling
+        allowed = list(_ORDER[_model_at(parent)])
+        position = list(_at(obj, parent)).index(key)
+        return _place(parent, 0, position), _unknown(str(key), _path(parent), allowed)
+    place = _place(parent, _rank(_model_at(parent), str(key)))
+    if error["type"] in ("missing", "missing_argument"):
+        return place, f'{_path(parent) + ": " if parent else ""}missing required key "{key}"'
+    return place, f"{_path(where)} {error['msg']}"
+
+
+def _model_at(parent: tuple[str | int, ...]) -> type:
+    if not parent:
+        return _CaseLine
+    if parent == ("expected",):
+        return _Expected
+    return RelevantUnit if parent[1] == "relevant" else GoldPassage
+
+
+def _place(parent: tuple[str | int, ...], rank: int, *more: int) -> tuple[Any, ...]:
+    """The sort key of a message: the line's own keys by rank, then each label and passage by index and rank."""
+    if not parent:
+        return (rank, *more)
+    if parent == ("expected",):
+        return (rank, -1, *more)
+    field, index = str(parent[1]), int(parent[2])
+    return (_rank(_Expected, field), index, rank, *more)
+
+
+def _at(obj: Mapping[str, Any], parent: tuple[str | int, ...]) -> Any:
+    value: Any = obj
+    for part in parent:
+        value = value[part]
     return value
 
 
-def _relevant(value: Any, loc: str, errors: list[str]) -> tuple[RelevantUnit, ...] | None:
-    """expected.relevant: a list of {doc_id, chunk_id?, grade?}; None when absent."""
-    if value is None:
-        return None
-    if not isinstance(value, list):
-        errors.append(f"{loc}: expected.relevant must be a list, got {_preview(value)}")
-        return None
-    units: list[RelevantUnit] = []
-    seen: dict[tuple[str, str | None], str] = {}
-    for index, item in enumerate(value):
-        path = f"expected.relevant[{index}]"
-        if not isinstance(item, dict):
-            errors.append(f"{loc}: {path} must be an object, got {_preview(item)}")
-            continue
-        ok = _check_keys(item, RELEVANT_KEYS, path + ".", loc, errors)
-        doc_id = item.get("doc_id")
-        if "doc_id" not in item:
-            errors.append(f'{loc}: {path}: missing required key "doc_id"')
-            ok = False
-        elif not _non_empty_str(doc_id):
-            errors.append(f"{loc}: {path}.doc_id must be a non-empty string, got {_preview(doc_id)}")
-            ok = False
-        chunk_id = item.get("chunk_id")
-        if chunk_id is not None and not _non_empty_str(chunk_id):
-            errors.append(f"{loc}: {path}.chunk_id must be a non-empty string or null, got {_preview(chunk_id)}")
-            ok = False
-        grade = item.get("grade", 1)
-        if not (isinstance(grade, int) and not isinstance(grade, bool) and grade >= 0):
-            errors.append(f"{loc}: {path}.grade must be an integer >= 0, got {_preview(grade)}")
-            ok = False
-        if not ok:
-            continue
-        unit_key = (str(doc_id), chunk_id)
-        if unit_key in seen:
-            errors.append(f"{loc}: {path} labels the same unit as {seen[unit_key]}")
-            continue
-        seen[unit_key] = path
-        units.append(RelevantUnit(doc_id=str(doc_id), chunk_id=chunk_id, grade=grade))
-    return tuple(units)
+def _path(where: tuple[str | int, ...]) -> str:
+    """("expected", "relevant", 0, "grade") -> "expected.relevant[0].grade"."""
+    out = ""
+    for part in where:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
 
 
-def _gold_context(value: Any, loc: str, errors: list[str]) -> tuple[GoldPassage, ...] | None:
-    """expected.gold_context: non-empty list of {doc_id?, chunk_id?, text}, or None."""
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value:
-        errors.append(f"{loc}: expected.gold_context must be a non-empty list, got {_preview(value)}")
-        return None
-    passages: list[GoldPassage] = []
-    for index, item in enumerate(value):
-        path = f"expected.gold_context[{index}]"
-        if not isinstance(item, dict):
-            errors.append(f"{loc}: {path} must be an object, got {_preview(item)}")
-            continue
-        ok = _check_keys(item, GOLD_KEYS, path + ".", loc, errors)
-        for key in ("doc_id", "chunk_id"):
-            ident = item.get(key)
-            if ident is not None and not _non_empty_str(ident):
-                errors.append(f"{loc}: {path}.{key} must be a non-empty string or null, got {_preview(ident)}")
-                ok = False
-        text = item.get("text")
-        if "text" not in item:
-            errors.append(f'{loc}: {path}: missing required key "text"')
-            ok = False
-        elif not _non_empty_str(text):
-            errors.append(f"{loc}: {path}.text must be a non-empty string, got {_preview(text)}")
-            ok = False
-        if ok:
-            passages.append(GoldPassage(doc_id=item.get("doc_id"), text=str(text), chunk_id=item.get("chunk_id")))
-    return tuple(passages)
+def _unknown(key: str, parent: str, allowed: Sequence[str]) -> str:
+    """An unknown key, with a close spelling when there is one."""
+    lowered = {name.lower(): name for name in allowed}
+    close = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
+    hint = f'did you mean "{lowered[close[0]]}"?' if close else "allowed keys: " + ", ".join(allowed)
+    return f'unknown key "{parent + "." if parent else ""}{key}" ({hint})'
 
 
-def _check_keys(
-    obj: dict[str, Any],
-    allowed: Sequence[str],
-    prefix: str,
-    loc: str,
-    errors: list[str],
-) -> bool:
-    """Report keys outside `allowed`, with a close spelling when there is one."""
-    ok = True
-    lowered = {key.lower(): key for key in allowed}
-    for key in obj:
-        if key in allowed:
+def _repeated_units(labels: Any, found: Sequence[tuple[tuple[Any, ...], str]]) -> list[tuple[tuple[Any, ...], str]]:
+    """A relevance label naming the unit an earlier (valid) label names."""
+    if not isinstance(labels, list) or len(labels) < 2:
+        return []
+    rank = _rank(_Expected, "relevant")
+    wrong = {where[1] for where, _ in found if where[0] == rank and len(where) > 1}
+    seen: dict[tuple[str, str | None], int] = {}
+    out = []
+    for index, item in enumerate(labels):
+        if index in wrong or not isinstance(item, dict):
             continue
-        ok = False
-        close = difflib.get_close_matches(key.lower(), list(lowered), n=1, cutoff=0.6)
-        if close:
-            hint = f'did you mean "{lowered[close[0]]}"?'
-        else:
-            hint = "allowed keys: " + ", ".join(allowed)
-        errors.append(f'{loc}: unknown key "{prefix}{key}" ({hint})')
-    return ok
+        unit = (str(item["doc_id"]), item.get("chunk_id"))
+        if unit in seen:
+            out.append(
+                (
+                    (rank, index, 0),
+                    f"expected.relevant[{index}] labels the same unit as expected.relevant[{seen[unit]}]",
+                )
+            )
+            continue
+        seen[unit] = index
+    return out
 
 
 def _non_empty_str(value: Any) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 from markupsafe import Markup
 
 from pytest_oloproof.errors import StoreError
+from pytest_oloproof.records.shapes import CaseRecord, RunRecord
 from pytest_oloproof.store.files import Store, atomic_write_text
 
 from . import model
@@ -129,7 +130,7 @@ def _latest_decision(store: Store | None, run_id: str) -> tuple[str, dict[str, A
     return (best[1], best[2]) if best else None
 
 
-def _try_run(store: Store, ref: str | None) -> dict[str, Any] | None:
+def _try_run(store: Store, ref: str | None) -> RunRecord | None:
     """A run record for a comparison page, or None when it is not in the store (a baseline file elsewhere)."""
     if not ref:
         return None
@@ -146,7 +147,7 @@ def _reexecution_line(store: Store, doc: Mapping[str, Any]) -> str | None:
     """
     from pytest_oloproof.usage.accounting import child_runs_line
 
-    cases: list[dict[str, Any]] = []
+    cases: list[CaseRecord] = []
     pricing = None
     absent = 0
     for run_id in (doc.get("child_runs") or {}).values():

@@ -14,6 +14,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_oloproof.records.access import asserting
+
 #: failed cases listed by name in a run's summary; the rest are counted
 FAILED_CASES_SHOWN = 20
 
@@ -76,7 +78,6 @@ def _reasons(reasons: Mapping[str, Any] | None) -> str:
 def failed_cases(record: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
     """(case id, what failed) for each case whose pytest item failed: asserting criteria below 1 or
     missing, or a system error."""
-    asserting = [e["criterion"] for e in record.get("evaluators") or [] if e.get("asserts")]
     out: list[tuple[str, list[str]]] = []
     for case in record.get("cases") or []:
         error = case.get("error")
@@ -86,7 +87,7 @@ def failed_cases(record: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
             continue
         what = []
         criteria = case.get("criteria") or {}
-        for name in asserting:
+        for name in asserting(record):
             c = criteria.get(name)
             if not c:
                 continue

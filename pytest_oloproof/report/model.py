@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pytest_oloproof.evaluators.retrieval import qrels_of
+from pytest_oloproof.records.access import asserting, cases_by_id, criteria_of, evaluator_rows, relevance_unit
 from pytest_oloproof.stats.aggregate import slice_value
 
 from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
@@ -50,27 +51,6 @@ def _num(x: Any) -> float | None:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else None
 
 
-def evaluator_rows(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [e for e in record.get("evaluators") or [] if isinstance(e, Mapping)]
-
-
-def criteria_of(record: Mapping[str, Any]) -> list[str]:
-    """Criteria in the order of the metrics table (the evaluators', then any other seen in a case)."""
-    names = list((record.get("metrics") or {}).keys())
-    for e in evaluator_rows(record):
-        if e.get("criterion") and e["criterion"] not in names:
-            names.append(e["criterion"])
-    for c in record.get("cases") or []:
-        for name in c.get("criteria") or {}:
-            if name not in names:
-                names.append(name)
-    return names
-
-
-def asserting(record: Mapping[str, Any]) -> set[str]:
-    return {e["criterion"] for e in evaluator_rows(record) if e.get("asserts")}
-
-
 def case_failed(case: Mapping[str, Any], asserts: set[str]) -> bool:
     """As pytest judged the case's item: a system error, or an asserting criterion failed or missing."""
     if case.get("error"):
@@ -84,14 +64,6 @@ def case_failed(case: Mapping[str, Any], asserts: set[str]) -> bool:
         if c.get("status") == "observed" and (_num(c.get("value")) or 0.0) < 1.0:
             return True
     return False
-
-
-def relevance_unit(record: Mapping[str, Any]) -> str:
-    for e in evaluator_rows(record):
-        unit = (e.get("settings") or {}).get("relevance_unit")
-        if unit:
-            return str(unit)
-    return "document"
 
 
 def grades_of(case: Mapping[str, Any], unit: str) -> dict[Any, int] | None:
@@ -382,7 +354,7 @@ def case_payload(
 ) -> dict[str, Any]:
     """The page's embedded data: a compact row per case, details rendered on demand by the page's script."""
     criteria = criteria_of(record)
-    asserts = asserting(record)
+    asserts = set(asserting(record))
     slice_names = [str(s) for s in (record.get("config") or {}).get("slices") or []] or sorted(
         {str(r["slice"]) for r in record.get("slices") or []}
     )
@@ -462,7 +434,7 @@ def run_view(
     metrics = record.get("metrics") or {}
     confidence = float(record.get("confidence", 0.95))
     cases = record.get("cases") or []
-    asserts = asserting(record)
+    asserts = set(asserting(record))
     failed = sum(1 for c in cases if case_failed(c, asserts))
     labels = diagnosis_labels(diagnosis[1]) if diagnosis else {}
     system = record.get("system") or {}
@@ -655,10 +627,6 @@ def differences_plot(doc: Mapping[str, Any]) -> Any:
     )
 
 
-def _by_id(record: Mapping[str, Any] | None) -> dict[str, Mapping[str, Any]]:
-    return {str(c.get("id")): c for c in (record or {}).get("cases") or []}
-
-
 def _short(value: Any) -> str:
     if isinstance(value, Mapping) and len(value) == 1:
         (only,) = value.values()
@@ -725,7 +693,7 @@ def comparison_view(
     from pytest_oloproof.compare.comparison import criterion_line
     from pytest_oloproof.usage.accounting import cost_lines
 
-    cand, base = _by_id(candidate), _by_id(baseline)
+    cand, base = cases_by_id(candidate), cases_by_id(baseline)
     flipped: list[dict[str, Any]] = []
     for name, c in (doc.get("criteria") or {}).items():
         groups: Iterable[tuple[str, str, Any]] = (

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
+
+from pytest_oloproof.records.shapes import MetricRecord, RunSummary
 
 from . import intervals as stats
 
@@ -86,10 +88,10 @@ def compute_metrics(
     *,
     confidence: float,
     seed: int,
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, MetricRecord]:
     """One entry per criterion: estimate, interval, and the full accounting."""
     clustered = any((c.get("metadata") or {}).get("cluster") is not None for c in cases)
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, MetricRecord] = {}
     for name, kind in criteria:
         values: list[float] = []
         clusters: list[Any] = []
@@ -129,7 +131,7 @@ def compute_metrics(
                 clusters=clusters if clustered else None,
                 missing_clusters=missing_clusters,
             )
-        out[name] = m
+        out[name] = cast(MetricRecord, m)
     return out
 
 
@@ -232,7 +234,7 @@ def summary_settings(header: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def summarize_run(cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> dict[str, Any]:
+def summarize_run(cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> RunSummary:
     """Metrics, slices, cache counts and counts of a run's (slim) case summaries."""
     criteria = [(name, kind) for name, kind in settings["criteria"]]
     conf, seed = settings["confidence"], settings["seed"]

@@ -8,10 +8,10 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, cast
 
 from ulid import ULID
 
@@ -19,6 +19,7 @@ from pytest_oloproof.errors import StoreError, WriteError
 from pytest_oloproof.records import fastjson
 from pytest_oloproof.records.identity import canonical_json, sha256_of
 from pytest_oloproof.records.redaction import redact
+from pytest_oloproof.records.shapes import CaseRecord, RunRecord, RunSummary
 
 RUN_SCHEMA = "oloproof.run/1"
 KIND_DIRS = {
@@ -344,7 +345,7 @@ class Store:
             (p.name for p in d.iterdir() if p.name.startswith("run_") and (p / "run.json").is_file()), reverse=True
         )
 
-    def run_header(self, run_id: str) -> dict[str, Any]:
+    def run_header(self, run_id: str) -> RunRecord:
         """run.json of a run, validated (RecordError naming the file and what is wrong)."""
         path = self.run_dir(run_id) / "run.json"
         try:
@@ -366,7 +367,7 @@ class Store:
 
     def iter_cases(
         self, run_id: str, *, strict: bool = True, header: Mapping[str, Any] | None = None
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[CaseRecord]:
         """The case records of a run, in the order they were recorded.
 
         Each line is checked (RecordError naming file, line and what is wrong), except
@@ -405,7 +406,7 @@ class Store:
                     continue
                 if check is None:
                     if isinstance(rec, dict):  # lenient: a line that is not a record is skipped
-                        yield rec
+                        yield cast(CaseRecord, rec)
                     continue
                 problem = check(rec)
                 first = seen.setdefault(rec["id"], number) if problem is None else number
@@ -443,7 +444,7 @@ class Store:
         except StoreError:
             return None
 
-    def load_run(self, ref: str) -> dict[str, Any]:
+    def load_run(self, ref: str) -> RunRecord:
         """The whole run record (cases inline) for a run id, a unique prefix, or a run-record JSON file."""
         path = Path(ref)
         if ref.endswith(".json") and path.is_file():
@@ -454,7 +455,7 @@ class Store:
         from pytest_oloproof.records.stored import is_start_header
 
         if is_start_header(record):
-            record.update(_partial_summary(record, record["cases"]))
+            record.update(cast(RunRecord, _partial_summary(record, record["cases"])))  # a summary is part of a run
         return record
 
     def count_cases(self, run_id: str) -> int:
@@ -474,6 +475,7 @@ class Store:
         return f"sha256:{digest}"
 
     def load_doc(self, kind: str, doc_id: str) -> dict[str, Any]:
+        """A stored diagnosis, comparison or decision, validated (RecordError naming the file and what is wrong)."""
         path = self.doc_path(kind, doc_id)
         try:
             doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
@@ -550,7 +552,7 @@ class Store:
         return matches[0]
 
 
-def load_run_file(path: Path) -> dict[str, Any]:
+def load_run_file(path: Path) -> RunRecord:
     """A run record exported as JSON (e.g. a baseline committed to the repository), validated whole."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -583,7 +585,7 @@ def load_run_file(path: Path) -> dict[str, Any]:
         problem = f"cases: holds {len(data.get('cases') or [])} case records, but counts.cases is {counted}"
     if problem is not None:
         raise RecordError(path, None, problem)
-    return data
+    return cast(RunRecord, data)
 
 
 def _lines_of_cases(text: str) -> list[int]:
@@ -628,7 +630,7 @@ def _walk_cases(text: str) -> list[int]:
     return []
 
 
-def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> dict[str, Any]:
+def _partial_summary(header: Mapping[str, Any], cases: Sequence[CaseRecord]) -> RunSummary:
     """The summary of a run whose run.json holds only its start header, computed from the cases it recorded.
 
     The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
@@ -640,7 +642,7 @@ def _partial_summary(header: Mapping[str, Any], cases: list[dict[str, Any]]) -> 
     slim = [slim_case(c) for c in cases]
     settings = summary_settings({k: v for k, v in header.items() if v is not None})  # null: the default
     out = summarize_run(slim, settings)
-    out.update(usage_fields(slim, header))  # the header's budget holds only the limits
+    out.update(cast(RunSummary, usage_fields(slim, header)))  # the header's budget holds only the limits
     out["note"] = (
         f"run.json holds only the header written when the run started (the run was stopped before it "
         f"finished, or is still going): this summary is computed from the {len(cases)} case(s) in cases.jsonl"

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.records.access import cases_by_id
 
 Entry = dict[str, Any]
 
@@ -632,8 +633,7 @@ def compare_costs(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> 
     by the cache compares as what the configuration costs, not as free. Both runs are priced
     with one table (the candidate's, else the baseline's), so the difference is usage, not prices.
     """
-    cand = {c["id"]: c for c in candidate.get("cases") or []}
-    base = {c["id"]: c for c in baseline.get("cases") or []}
+    cand, base = cases_by_id(candidate), cases_by_id(baseline)
     if not any(case_tallies(c) for c in (*cand.values(), *base.values())):
         return None
     pricing = candidate.get("pricing") or baseline.get("pricing")
