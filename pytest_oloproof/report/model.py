@@ -32,7 +32,7 @@ from .text import (
     miss_lines,
     usage_lines,
 )
-from .views import CaseView, DiagnosisView, UsageView
+from .views import CaseView, DiagnosisView, RunView
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
 _STATUS_CODE = {"observed": "o", "missing": "m", "excluded": "x"}
@@ -467,8 +467,8 @@ def run_view(
 ) -> dict[str, Any]:
     """Everything the run page shows; `comparison` is a comparison_view to show beneath (the CI form),
     `decision` a decision_view (the run decided alone by a release policy)."""
-    metrics = record.get("metrics") or {}
-    confidence = float(record.get("confidence", 0.95))
+    view = RunView.of(record)
+    metrics, confidence = view.metrics, view.confidence
     cases = record.get("cases") or []
     asserts = asserting(record)
     failed = sum(1 for c in cases if case_failed(c, asserts))
@@ -509,9 +509,9 @@ def run_view(
             }
             for e in evaluator_rows(record)
         ],
-        "cache_lines": (cache_lines(record["cache"]) if record.get("cache") else [])
-        + [line.strip() for line in miss_lines(record.get("cache_misses"))]
-        + usage_lines(UsageView.of_run(record)),
+        "cache_lines": (cache_lines(view.cache) if view.cache else [])
+        + [line.strip() for line in miss_lines(view.cache_misses)]
+        + usage_lines(view.usage),
         "counts": {
             "cases": len(cases),
             "failed": failed,
@@ -532,8 +532,8 @@ def run_view(
         "accounting_lines": accounting_lines(metrics),
         "metrics_plot": metrics_plot(metrics, confidence),
         "funnel": funnel(record, diagnosis[1].get("criterion") if diagnosis else None),
-        "slices": slice_plots(record.get("slices") or [], int(record.get("min_slice_support", 5))),
-        "min_slice_support": int(record.get("min_slice_support", 5)),
+        "slices": slice_plots(view.slices, view.min_slice_support),
+        "min_slice_support": view.min_slice_support,
         "diagnosis": {"id": diagnosis[0], "criterion": diagnosis[1].get("criterion")} if diagnosis else None,
         "labels": sorted({v["label"] for v in labels.values() if v.get("label")}),
         "data": case_payload(record, labels),
