@@ -100,10 +100,7 @@ def test_pricing_arithmetic() -> None:
     summary = usage.source_summary(partly, PRICING)
     assert (summary["cost"], summary["cost_missing"], summary["unpriced_models"]) == (None, "unpriced_model", ["other"])
     assert summary["models"]["judge-m"]["cost"] == pytest.approx(0.004, abs=1e-12)
-    assert (
-        _source_text("judges", summary)
-        == "judges 2 calls, 2,000 in / 400 out (800 cached in) (no price for other)"
-    )
+    assert _source_text("judges", summary) == "judges 2 calls, 2,000 in / 400 out (800 cached in) (no price for other)"
     assert usage.entry_cost({**e, "input_tokens": None}, PRICING) is None
     assert usage.entry_cost(e, None) is None
     tally: dict[str, list[int]] = {}

@@ -1,5 +1,5 @@
 """Terminal text, from the views of views.py: a run's summary (metrics table, caches, usage, slices), a case
-line, a diagnosis, a comparison, a release decision and the session gate.
+line, a diagnosis, a comparison, a release decision, the session gate, a plan and a judge validation.
 
 What `pytest` prints under its summary, what every `oloproof` command prints, and what `oloproof inspect`
 prints back from the store: one function per document, so the three never differ.
@@ -22,7 +22,6 @@ from .fmt import (
     fmt_int,
     fmt_interval,
     fmt_margin,
-    pct,
     printed_interval,
     signed_cost,
 )
@@ -49,7 +48,6 @@ __all__ = [
     "diagnosis_lines",
     "gate_lines",
     "judge_validation_lines",
-    "pct",
     "plan_lines",
     "run_lines",
     "run_summary",
