@@ -1108,9 +1108,10 @@ class OloproofPlugin:
 
             gate_exit = self.gate.apply(record)
             self.summary_lines += gate_lines(self.gate)
-            if step and gate_markdown(self.gate):
+            section = gate_markdown(self.gate) if step else ""
+            if step and section:
                 with open(step, "a", encoding="utf-8") as f:
-                    f.write(redact(gate_markdown(self.gate)))
+                    f.write(redact(section))
             self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
             gated = self.gate.report_fields()
             _junit_properties(self.config, gate_properties(self.gate))
