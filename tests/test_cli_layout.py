@@ -57,3 +57,38 @@ def test_renderers_live_together() -> None:
     for name in ("text.py", "html.py", "junit.py", "model.py", "svg.py"):
         assert (PACKAGE / "report" / name).is_file(), name
     assert not (PACKAGE / "render.py").exists()
+
+
+def test_computing_folders_never_import_the_renderers() -> None:
+    """diagnose/, compare/, usage/ and stats/ compute and return data; report/ renders it (and not the reverse)."""
+    offenders = []
+    for folder in ("diagnose", "compare", "usage", "stats"):
+        for path in sorted((PACKAGE / folder).glob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                names = (
+                    [node.module or ""]
+                    if isinstance(node, ast.ImportFrom)
+                    else [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else []
+                )
+                offenders += [f"{folder}/{path.name}: {n}" for n in names if n.startswith("pytest_oloproof.report")]
+    assert offenders == []
+
+
+def test_the_view_model_and_its_renderers_never_import_pytest_or_a_face() -> None:
+    for path in sorted((PACKAGE / "report").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")
+                assert top[0] not in ("pytest", "_pytest"), (path.name, name)
+                assert ".".join(top[:2]) not in ("pytest_oloproof.pytest_plugin", "pytest_oloproof.cli"), (
+                    path.name,
+                    name,
+                )

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from pytest_oloproof.compare.comparison import judge_gate, markdown, render, run_comparison
+from pytest_oloproof.compare.comparison import judge_gate, run_comparison
 from pytest_oloproof.evaluate.judge_validation import judge_identity
+from pytest_oloproof.report.markdown import comparison_markdown as markdown
+from pytest_oloproof.report.text import comparison_lines as render
 from pytest_oloproof.store.files import Store
 from tests.diagnose_project import Project, finished
 from tests.test_compare import _FakeJudge, binary_runs, make_run, policy_file

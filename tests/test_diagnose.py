@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from pytest_oloproof import cli
-from pytest_oloproof.diagnose.diagnosis import Diagnoser, DiagnosisError, Request, implicated, render
+from pytest_oloproof.diagnose.diagnosis import Diagnoser, DiagnosisError, Request, implicated
+from pytest_oloproof.report.text import diagnosis_lines as render
 from pytest_oloproof.session import Evaluation
 from tests.diagnose_project import EXPECTED_LABELS, Project, finished
 

@@ -210,7 +210,8 @@ def test_a_run_recorded_without_queries_refuses_a_reranker_replay(
 
 
 def test_a_missing_control_or_gold_context_is_shown_as_missing() -> None:
-    from pytest_oloproof.diagnose.diagnosis import build_gold_doc, label_case, render
+    from pytest_oloproof.diagnose.diagnosis import build_gold_doc, label_case
+    from pytest_oloproof.report.text import diagnosis_lines as render
 
     def rec(cid: str) -> dict[str, Any]:
         return {"id": cid, "criteria": {"ok": {"status": "observed", "value": 0.0}}, "expected": {}, "retrieval": []}

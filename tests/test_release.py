@@ -359,7 +359,7 @@ def test_a_mixed_policy_decides_the_comparison_and_the_candidate_alone(store: St
     # the step summary's decisions table says the same, and the plan line follows it
     from markdown_it import MarkdownIt
 
-    from pytest_oloproof.compare.comparison import markdown
+    from pytest_oloproof.report.markdown import comparison_markdown as markdown
 
     doc_id = lines[0].split()[1]
     html = MarkdownIt("commonmark").enable("table").render(markdown(store.load_doc("comparison", doc_id), doc_id))

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from markdown_it import MarkdownIt
 
-from pytest_oloproof.compare.comparison import markdown
 from pytest_oloproof.report.markdown import FAILED_CASES_SHOWN, code, text
-from pytest_oloproof.report.text import markdown_summary
+from pytest_oloproof.report.markdown import comparison_markdown as markdown
+from pytest_oloproof.report.markdown import run_markdown as markdown_summary
 
 # ------------------------------------------------------------------ rendering and reading the HTML
 
@@ -299,12 +299,12 @@ def test_the_step_summary_of_a_gated_session_renders(
 
 
 def test_extra_paragraphs_and_the_gate_reason_render_in_place() -> None:
-    from pytest_oloproof.compare.comparison import fmt_margin
     from pytest_oloproof.report.markdown import comparison_markdown
 
     doc = {**_comparison(["one warning"]), "gate_reason": "cases_changed"}
+    doc["case_sets"] = {"changed": {"refund_review": ["expected"]}}  # the paragraph comes from the case sets
     para = "Cases not paired: 1 case changed between the runs: refund_review (expected)."
-    root = render(comparison_markdown(doc, "sha256:abc", fmt_margin, [para]))
+    root = render(comparison_markdown(doc, "sha256:abc"))
     assert_nothing_swallowed(root)
     tags = [e.tag for e in root.elements()]
     assert tags[:5] == ["h3", "p", "blockquote", "p", "table"], tags

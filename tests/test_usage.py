@@ -18,6 +18,7 @@ from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.base import ContextPassage, EvalInput
 from pytest_oloproof.evaluators.judges import GroundednessJudge
 from pytest_oloproof.evaluators.providers import OpenAIProvider
+from pytest_oloproof.report.text import _source_text, tokens_line
 from pytest_oloproof.store.files import Store
 from pytest_oloproof.usage import accounting as usage
 from tests.judge_server import Recorded, Reply, ScriptedServer, openai_usage
@@ -99,10 +100,7 @@ def test_pricing_arithmetic() -> None:
     summary = usage.source_summary(partly, PRICING)
     assert (summary["cost"], summary["cost_missing"], summary["unpriced_models"]) == (None, "unpriced_model", ["other"])
     assert summary["models"]["judge-m"]["cost"] == pytest.approx(0.004, abs=1e-12)
-    assert (
-        usage._source_text("judges", summary)
-        == "judges 2 calls, 2,000 in / 400 out (800 cached in) (no price for other)"
-    )
+    assert _source_text("judges", summary) == "judges 2 calls, 2,000 in / 400 out (800 cached in) (no price for other)"
     assert usage.entry_cost({**e, "input_tokens": None}, PRICING) is None
     assert usage.entry_cost(e, None) is None
     tally: dict[str, list[int]] = {}
@@ -120,7 +118,7 @@ def test_unknown_usage_is_never_zero() -> None:
     s = usage.source_summary(tally, PRICING)
     assert (s["calls"], s["input_tokens"], s["output_tokens"], s["cost"]) == (2, None, None, None)
     assert s["cost_missing"] == "usage_unknown"
-    line = usage.tokens_line(usage.summarize([{"usage_tally": {"judges": tally}}], PRICING))
+    line = tokens_line(usage.summarize([{"usage_tally": {"judges": tally}}], PRICING))
     assert line == "Tokens: judges 2 calls, tokens unknown (not reported); system none reported; saved nothing"
 
 
@@ -593,7 +591,8 @@ def test_diagnosis_says_what_its_re_execution_cost(pytester: pytest.Pytester, mo
 def test_comparison_reports_the_cost_difference_per_case(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pytest_oloproof.compare.comparison import render, run_comparison
+    from pytest_oloproof.compare.comparison import run_comparison
+    from pytest_oloproof.report.text import comparison_lines as render
 
     with ScriptedServer(responder=_respond()) as server:
         monkeypatch.setenv("JUDGE_URL", server.base_url)

@@ -25,21 +25,24 @@ def add_parser(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> N
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from pytest_oloproof.compare.comparison import render, run_comparison
+    from pytest_oloproof.compare.comparison import run_comparison
     from pytest_oloproof.compare.policy import load_policy
+    from pytest_oloproof.report.text import comparison_lines
+    from pytest_oloproof.report.views import ComparisonView
 
     policy = load_policy(args.policy) if args.policy else None
     store = cli._store_from(args)
     doc_id, doc = run_comparison(store, args.candidate, args.baseline, policy)
-    cli._emit(args, {"id": doc_id, **doc}, render(doc, doc_id))
+    cli._emit(args, {"id": doc_id, **doc}, comparison_lines(ComparisonView.of(doc, doc_id)))
     return int(doc["exit_code"])
 
 
 def inspect_lines(doc: dict[str, Any], doc_id: str) -> list[str]:
     """`oloproof inspect COMPARISON_ID`: the same text `oloproof compare` printed."""
-    from pytest_oloproof.compare.comparison import render
+    from pytest_oloproof.report.text import comparison_lines
+    from pytest_oloproof.report.views import ComparisonView
 
-    return render(doc, doc_id)
+    return comparison_lines(ComparisonView.of(doc, doc_id))
 
 
 SUBCOMMAND = cli.Subcommand("compare", add_parser, cmd_compare, inspects="comparison", inspect=inspect_lines)

@@ -79,16 +79,19 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         result = diagnoser.run_all(ev.cfg.settings.concurrency)
     finally:
         ev.caches.close()
-    cli._emit(args, result.to_json(), result.lines)
+    from pytest_oloproof.report.text import diagnosis_lines
+
+    cli._emit(args, result.to_json(), diagnosis_lines(result))
     # every replay (or intervention, or control) without a value: nothing was diagnosed, and a
     # script must not read the output as a diagnosis
     return cli.EXIT_FAILED if result.measured_nothing else cli.EXIT_OK
 
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
-    from pytest_oloproof.diagnose.diagnosis import case_lines
+    from pytest_oloproof.report.text import diagnosis_case_lines
+    from pytest_oloproof.report.views import DiagnosisView
 
-    return case_lines(doc)
+    return diagnosis_case_lines(DiagnosisView.of(doc, doc_id))
 
 
 SUBCOMMAND = cli.Subcommand("diagnose", _add, cmd_diagnose, inspects="diagnosis", inspect=_inspect)

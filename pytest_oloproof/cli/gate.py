@@ -31,7 +31,10 @@ def cmd_gate(args: argparse.Namespace) -> int:
     source = args.run if args.run.endswith(".json") else None
     doc = release.decide_run(record, policy, store=store, source=source)
     doc_id = store.save_doc("decision", doc)
-    cli._emit(args, {"id": doc_id, **doc}, release.render(doc, doc_id))
+    from pytest_oloproof.report.text import decision_lines
+    from pytest_oloproof.report.views import DecisionView
+
+    cli._emit(args, {"id": doc_id, **doc}, decision_lines(DecisionView.of(doc, doc_id)))
     return int(doc["exit_code"])
 
 
@@ -59,7 +62,6 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if kind == "run":
         policy.check_single_run(f"plan a comparison (`oloproof plan COMPARISON --policy {args.policy}`)")
         doc: Mapping[str, Any] = release.decide_run(load_run(store, full, "run"), policy, store=store)
-        head = f"Plan for run {doc['run']['run_id']} · {doc['run']['cases']} cases · {args.policy}"
     else:
         stored = store.load_doc("comparison", full)
         runs = []
@@ -68,16 +70,11 @@ def cmd_plan(args: argparse.Namespace) -> int:
             ref = info["source"] if info.get("source") not in (None, "store") else info["run_id"]
             runs.append(load_run(store, ref, role))
         doc = compare_runs(runs[0], runs[1], policy, store=store)
-        head = f"Plan for comparison {full} · {doc['paired_cases']} paired cases · {args.policy}"
-    rows = [{k: d.get(k) for k in ("name", "criterion", "test", "outcome", "reason", "plan")} for d in doc["decisions"]]
-    lines = [head]
-    for r in rows:
-        lines.append(f"  {r['name']}  {r['criterion']}  {r['outcome']}  {r['reason']}")
-        if r["plan"]:
-            lines.append(f"    {r['plan']}")
-    if not any(r["plan"] for r in rows):
-        lines.append("Every decision is decided: nothing to plan")
-    cli._emit(args, {"ref": full, "kind": kind, "decisions": rows}, lines)
+    from pytest_oloproof.report.text import plan_lines
+    from pytest_oloproof.report.views import PlanView
+
+    view = PlanView.of(kind, full, doc, args.policy)
+    cli._emit(args, {"ref": full, "kind": kind, "decisions": view.rows}, plan_lines(view))
     return cli.EXIT_OK
 
 
@@ -87,6 +84,7 @@ PLAN = cli.Subcommand("plan", add_plan_parser, cmd_plan)
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
     """`oloproof inspect DECISION_ID`: the text `oloproof gate` printed."""
-    from pytest_oloproof.compare.release import render
+    from pytest_oloproof.report.text import decision_lines
+    from pytest_oloproof.report.views import DecisionView
 
-    return render(doc, doc_id)
+    return decision_lines(DecisionView.of(doc, doc_id))

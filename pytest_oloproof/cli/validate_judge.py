@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -87,53 +87,16 @@ def cmd_validate_judge(args: argparse.Namespace) -> int:
     )
     doc_id = ev.store.save_doc("judge_validation", record)
     ev.caches.close()
-    lines = validation_lines(record, doc_id)
-    cli._emit(args, {"id": doc_id, **record}, lines)
+    from pytest_oloproof.report.text import judge_validation_lines
+
+    cli._emit(args, {"id": doc_id, **record}, judge_validation_lines(record, doc_id))
     return cli.EXIT_OK if record["passed"] else cli.EXIT_FAILED
 
 
-def validation_lines(record: dict[str, Any], doc_id: str) -> list[str]:
-    acc, kappa = record["agreement"], record["kappa"]
-
-    def num(v: Any) -> str:
-        return "n/a" if v is None else f"{v:.3f}"
-
-    lines = [
-        f"Judge {record['judge']['type']} ({record['judge']['criterion']}) {record['judge']['identity']}",
-        f"Labels: {record['n']} examples, {record['judged']} judged, {record['judge_failures']} judge failures",
-        f"Agreement: {num(acc.get('accuracy'))} [{num(acc.get('low'))}, {num(acc.get('high'))}]",
-        f"Cohen's kappa: {num(kappa.get('value'))} [{num(kappa.get('low'))}, {num(kappa.get('high'))}]",
-        *confusion_lines(record.get("confusion")),
-        f"Validation: {'PASSED' if record['passed'] else 'NOT PASSED'}"
-        + ("" if record["passed"] else " — " + "; ".join(record.get("reasons") or [])),
-        f"Validation {doc_id}",
-    ]
-    return lines
-
-
-def confusion_lines(confusion: Mapping[str, Any] | None) -> list[str]:
-    """The judged examples as a 2x2 table: human label by judge verdict (failures are not in it)."""
-    if not confusion:
-        return []
-    cells = {k: int(v) for k, v in confusion.items()}
-    pp, pf = cells.get("human_pass_judge_pass", 0), cells.get("human_pass_judge_fail", 0)
-    fp, ff = cells.get("human_fail_judge_pass", 0), cells.get("human_fail_judge_fail", 0)
-    rows = [
-        ("", "judge pass", "judge fail", "total"),
-        ("human pass", str(pp), str(pf), str(pp + pf)),
-        ("human fail", str(fp), str(ff), str(fp + ff)),
-        ("total", str(pp + fp), str(pf + ff), str(pp + pf + fp + ff)),
-    ]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    body = [
-        "  " + r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
-        for r in rows
-    ]
-    return ["Confusion (human label × judge verdict, judged examples only):", *body]
-
-
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:
-    return validation_lines(doc, doc_id)
+    from pytest_oloproof.report.text import judge_validation_lines
+
+    return judge_validation_lines(doc, doc_id)
 
 
 SUBCOMMAND = cli.Subcommand("validate-judge", _add, cmd_validate_judge, inspects="judge_validation", inspect=_inspect)

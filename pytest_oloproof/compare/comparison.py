@@ -6,9 +6,10 @@ candidate − baseline is reported in percentage points with a paired interval
 interval otherwise) and its accounting. A policy (compare.yaml) turns chosen
 criteria into decisions; the gate is PASS only when every decision passes.
 
-The comparison is a content-addressed `oloproof.comparison/1` document; the
-text is rendered from that document alone, so `oloproof inspect` prints the
-same lines as `oloproof compare`.
+The comparison is a content-addressed `oloproof.comparison/1` document; report/
+renders it from that document alone, so `oloproof inspect` prints the same lines
+as `oloproof compare`. Only the words stored in the document (warnings, printed
+bounds, sample-size notes, plan lines) are written here.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pytest_oloproof.records.shapes import ComparisonDoc, DecisionDoc, RunHeadli
 from pytest_oloproof.stats import intervals as stats
 from pytest_oloproof.stats.aggregate import slice_value
 from pytest_oloproof.store.files import Store, load_run_file
-from pytest_oloproof.usage.accounting import compare_costs, cost_lines
+from pytest_oloproof.usage.accounting import compare_costs
 
 from .policy import (
     CASES_CHANGED,
@@ -39,6 +40,7 @@ from .policy import (
     LoadedPolicy,
     load_policy,
 )
+from .words import changed_summary, fmt_margin, fmt_points, printed_interval, shown_ids
 
 SCHEMA = "oloproof.comparison/1"
 EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
@@ -166,15 +168,6 @@ def changed_cases(
     if complete:
         complete = all(isinstance(c.get("digest"), Mapping) for c in (*cand.values(), *base.values()))
     return out, complete
-
-
-def changed_summary(changed: Mapping[str, Sequence[str]], limit: int = 5) -> str:
-    """`1 case changed between the runs: refund_review (expected)`."""
-    ids = sorted(changed)
-    shown = ", ".join(f"{cid} ({' and '.join(changed[cid])})" for cid in ids[:limit])
-    more = f", … ({len(ids) - limit} more)" if len(ids) > limit else ""
-    n = len(ids)
-    return f"{n} case{'' if n == 1 else 's'} changed between the runs: {shown}{more}"
 
 
 # ------------------------------------------------------------------ pairing and intervals
@@ -321,17 +314,6 @@ def paired_interval(
 
 def _points(x: float) -> float:
     return x * 100.0
-
-
-def fmt_points(x: float) -> str:
-    """A signed difference in points at 0.1 (never "-0.0")."""
-    return f"{round(x, 1) + 0.0:+.1f}"
-
-
-def printed_interval(low: float, high: float) -> tuple[str, str]:
-    """Bounds in points rounded outward at 0.1: the printed interval contains the computed one."""
-    lo, hi = stats.round_outward(low, high, 1)
-    return f"{lo:+.1f}", f"{hi:+.1f}"
 
 
 def difference(
@@ -540,10 +522,6 @@ def decide(
     return out
 
 
-def fmt_margin(m: float) -> str:
-    return f"{m:.1f}" if round(m, 1) == m else f"{m:g}"
-
-
 def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
     notes: list[str] = []
     for d in decisions:
@@ -703,11 +681,6 @@ def _cost_field(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> di
     return {"cost": cost} if cost is not None else {}
 
 
-def _ids(ids: Sequence[str], limit: int = 5) -> str:
-    shown = ", ".join(ids[:limit])
-    return shown + (f", … ({len(ids) - limit} more)" if len(ids) > limit else "")
-
-
 def _warnings(
     candidate: Mapping[str, Any],
     baseline: Mapping[str, Any],
@@ -719,8 +692,8 @@ def _warnings(
     if only_cand or only_base:
         out.append(
             f"the runs used different case sets: {len(only_cand)} case(s) only in the candidate"
-            f"{' (' + _ids(only_cand) + ')' if only_cand else ''}, {len(only_base)} only in the baseline"
-            f"{' (' + _ids(only_base) + ')' if only_base else ''}; they count as missing"
+            f"{' (' + shown_ids(only_cand) + ')' if only_cand else ''}, {len(only_base)} only in the baseline"
+            f"{' (' + shown_ids(only_base) + ')' if only_base else ''}; they count as missing"
         )
     ci = (candidate.get("system") or {}).get("index_version")
     bi = (baseline.get("system") or {}).get("index_version")
@@ -739,107 +712,6 @@ def _warnings(
         if e.get("type") in JUDGE_EVALUATOR_TYPES and name in cj and cj[name] != sha256_of(e.get("settings") or {}):
             out.append(f"{name}: the runs used different judge settings (model, prompt or options)")
     return out
-
-
-# ------------------------------------------------------------------ text
-
-
-def criterion_accounting(c: Mapping[str, Any]) -> str:
-    """`13 paired · 2 missing · with missing at worst: [-31.0, +20.1] · 0 excluded`."""
-    worst = c.get("missing_at_worst")
-    bounded = ""
-    if worst:
-        lo, hi = printed_interval(worst["low"], worst["high"])
-        bounded = f" · with missing at worst: [{lo}, {hi}]"
-    return f"{c['paired']} paired · {c['missing']} missing{bounded} · {c['excluded']} excluded"
-
-
-def criterion_line(name: str, c: Mapping[str, Any]) -> str:
-    acc = criterion_accounting(c)
-    if not c["paired"]:
-        return f"{name}: no paired values · {acc}"
-    pr = c["printed"]
-    return f"{name}: {pr['estimate']} points [{pr['low']}, {pr['high']}] · {acc}"
-
-
-def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
-    """The comparison as text (also what `oloproof inspect` prints for a comparison)."""
-    lines = [
-        f"Comparison {doc_id} of {doc['candidate']['run_id']} against {doc['baseline']['run_id']}"
-        f" · {doc['paired_cases']} paired cases"
-    ]
-    lines += [f"Warning: {w}" for w in doc.get("warnings") or []]
-    for name, c in doc["criteria"].items():
-        lines.append(criterion_line(name, c))
-        for label in ("missing", "excluded"):
-            reasons = c.get(f"{label}_reasons") or {}
-            if reasons:
-                lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
-    lines += list(doc.get("sample_size_notes") or [])
-    lines += cost_lines(doc.get("cost"))
-    rows = doc.get("slices") or []
-    if rows:
-        lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
-        for r in rows:
-            head = f"  exploratory  {r['slice']}={r['value']}  {r['criterion']}:"
-            if r.get("insufficient_support"):
-                lines.append(f"{head} {r['paired']} paired · insufficient support (min {doc.get('min_slice_support')})")
-            else:
-                pr = r["printed"]
-                lines.append(f"{head} {pr['estimate']} points [{pr['low']}, {pr['high']}] · {r['paired']} paired")
-    if doc.get("policy") is None:
-        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
-        return lines
-    from .release import decision_lines
-
-    decisions = doc["decisions"]
-    run_rows = [d for d in decisions if d.get("scope") == "run"]
-    lines.append("Decisions" + (f" ({decided_what(decisions)})" if run_rows else ""))
-    for d in decisions:
-        if d.get("scope") == "run":
-            lines += decision_lines([d])
-            continue
-        at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
-        lines.append(
-            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
-            f"  {d['outcome']}  {d['reason']}"
-        )
-        if d.get("plan"):
-            lines.append(f"    {d['plan']}")
-    reason = f" · {doc['gate_reason']}" if doc.get("gate_reason") else ""
-    lines.append(f"Gate: {doc['gate']} (exit {doc['exit_code']}){reason}")
-    return lines
-
-
-def decided_what(decisions: Sequence[Mapping[str, Any]]) -> str:
-    """`2 against the baseline, 1 on the candidate alone`: what a policy mixing both kinds decided."""
-    against = sum(1 for d in decisions if d.get("scope") != "run")
-    alone = len(decisions) - against
-    return f"{against} against the baseline, {alone} on the candidate alone"
-
-
-def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
-    """A GitHub step-summary section: warnings, the cases not paired, criterion table and accounting, notes,
-    cost, decisions and gate (rendering-safe Markdown: see `report.markdown`)."""
-    from pytest_oloproof.report.markdown import comparison_markdown
-
-    return comparison_markdown(doc, doc_id, fmt_margin, _markdown_case_sets(doc), cost_lines(doc.get("cost")))
-
-
-def _markdown_case_sets(doc: Mapping[str, Any]) -> list[str]:
-    """One paragraph (plain text) naming the cases that are not pairs: changed, or present in one run only."""
-    sets = doc.get("case_sets") or {}
-    parts = []
-    changed = sets.get("changed") or {}
-    if changed:
-        parts.append(changed_summary(changed))
-    for key, label in (("only_in_candidate", "only in the candidate"), ("only_in_baseline", "only in the baseline")):
-        ids = sets.get(key) or []
-        if ids:
-            parts.append(f"{len(ids)} case{'' if len(ids) == 1 else 's'} {label}: {_ids(ids)}")
-    if not parts:
-        return []
-    return ["Cases not paired: " + "; ".join(parts) + "."]
 
 
 # ------------------------------------------------------------------ one call for the CLI and the plugin
@@ -888,6 +760,7 @@ class SessionGate:
         self.policy = policy
         self.comparison: tuple[str, ComparisonDoc] | None = None  # (id, document) once applied
         self.decision: tuple[str, DecisionDoc] | None = None  # (id, document) of a run decided alone
+        self.failure: tuple[str, OloproofError] | None = None  # ("Comparison" or "Decision", why it could not be made)
 
     @classmethod
     def prepare(
@@ -953,15 +826,16 @@ class SessionGate:
         base = set(criteria_of(self.baseline))
         self.policy.check_criteria([c for c in criteria if c in base], why=f"both runs must record it, and {own}")
 
-    def apply(self, record: RunRecord, summary_lines: list[str], step_summary: str | None = None) -> int | None:
-        """Compare the session's run with the baseline; extend the summary; return the exit status to force.
+    def apply(self, record: RunRecord) -> int | None:
+        """Compare the session's run with the baseline (or decide it alone); return the exit status to force.
 
         Returns 0 (PASS) or 3 (BLOCK) with a policy, None without one (pytest's own status stands).
-        Errors that only show once the run exists (e.g. a criterion the run lacks) are printed and
-        give exit 2.
+        Errors that only show once the run exists (e.g. a criterion the run lacks) are kept in
+        `failure` for the summary and give exit 2. The stored document is kept in `comparison` or
+        `decision`, for the renderers (report.text.gate_lines, report.markdown.gate_markdown).
         """
         if self.baseline is None:
-            return self._decide_alone(record, summary_lines, step_summary)
+            return self._decide_alone(record)
         try:
             doc = compare_runs(
                 record, self.baseline, self.policy, store=self.store, sources=(None, self.baseline_source)
@@ -969,17 +843,11 @@ class SessionGate:
             doc_id = self.store.save_doc("comparison", doc)
             self.comparison = (doc_id, doc)
         except OloproofError as exc:
-            summary_lines.append(f"Comparison not possible: {exc}")
+            self.failure = ("Comparison", exc)
             return EXIT_USAGE if self.policy is not None else None
-        summary_lines.extend(render(doc, doc_id))
-        if step_summary:
-            with open(step_summary, "a", encoding="utf-8") as f:
-                from pytest_oloproof.records.redaction import redact
-
-                f.write(redact(markdown(doc, doc_id)))
         return int(doc["exit_code"]) if self.policy is not None else None
 
-    def _decide_alone(self, record: RunRecord, summary_lines: list[str], step_summary: str | None) -> int:
+    def _decide_alone(self, record: RunRecord) -> int:
         """No baseline: the policy's single-run decisions decide the run; the decision is stored content-addressed."""
         from . import release
 
@@ -989,14 +857,8 @@ class SessionGate:
             doc_id = self.store.save_doc("decision", doc)
             self.decision = (doc_id, doc)
         except OloproofError as exc:
-            summary_lines.append(f"Decision not possible: {exc}")
+            self.failure = ("Decision", exc)
             return EXIT_USAGE
-        summary_lines.extend(release.render(doc, doc_id))
-        if step_summary:
-            with open(step_summary, "a", encoding="utf-8") as f:
-                from pytest_oloproof.records.redaction import redact
-
-                f.write(redact(release.markdown(doc, doc_id)))
         return int(doc["exit_code"])
 
     def report_fields(self) -> dict[str, Any]:
@@ -1008,19 +870,6 @@ class SessionGate:
             return {"comparison": {"id": doc_id, "gate": doc["gate"], "decisions": doc["decisions"]}}
         return {}
 
-    def junit_properties(self) -> list[tuple[str, Any]]:
-        """Session-level JUnit properties: the gate, the stored document's id and each decision's outcome."""
-        found = self.decision or (self.comparison if self.policy is not None else None)
-        if found is None:
-            return []
-        doc_id, doc = found
-        props: list[tuple[str, Any]] = [("oloproof.gate", doc["gate"]), ("oloproof.gate.id", doc_id)]
-        props += [(f"oloproof.decision.{d['name']}", d["outcome"]) for d in doc["decisions"]]
-        return props
-
-
-# ------------------------------------------------------------------ CLI
-
 
 __all__ = [
     "SCHEMA",
@@ -1029,9 +878,7 @@ __all__ = [
     "compare_runs",
     "judge_gate",
     "load_run",
-    "markdown",
     "pair_criterion",
     "paired_interval",
-    "render",
     "run_comparison",
 ]

@@ -23,6 +23,8 @@ from pytest_oloproof.config.settings import Strict, close_spelling, key_path, lo
 from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.stats.intervals import mean_pairs_needed_without_change, pairs_needed_without_change
 
+from .words import MAX_FAILURES
+
 PASS, FAIL, INSUFFICIENT = "PASS", "FAIL", "INSUFFICIENT_EVIDENCE"
 
 # INSUFFICIENT_EVIDENCE reasons (SPEC §10)
@@ -154,7 +156,6 @@ class Maximum(RunRule):
 
 
 RUN_RULES: dict[str, RunRule] = {r.test: r for r in (Minimum(), Maximum())}
-MAX_FAILURES = "max-failures"
 RUN_TESTS = (*RUN_RULES, MAX_FAILURES)
 TESTS = (*RULES, *RUN_TESTS)
 

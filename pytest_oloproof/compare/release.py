@@ -3,8 +3,8 @@
 A policy's single-run decisions (`minimum`, `maximum`, `max-failures`) read one run's
 criterion: its interval (or, with `missing: bound`, the interval with every missing case
 at its worst value) against a threshold, or its count of failed cases against a limit.
-The result is a content-addressed `oloproof.decision/1` document, rendered as text,
-Markdown and in the HTML and JSON reports.
+The result is a content-addressed `oloproof.decision/1` document, which report/ renders
+as text, Markdown and in the HTML and JSON reports.
 
 For a decision the interval leaves undecided, `plan_line` says how many cases would decide
 it, if the next cases go like these: the observed values (and, under `missing: bound`, the
@@ -34,7 +34,6 @@ from .policy import (
     INSUFFICIENT,
     INTERVAL_OVERLAPS_MARGIN,
     INTERVAL_OVERLAPS_THRESHOLD,
-    MAX_FAILURES,
     MISSING_COULD_EXCEED_LIMIT,
     MISSING_EXCEEDS_LIMIT,
     NO_OBSERVATIONS,
@@ -42,6 +41,7 @@ from .policy import (
     Decision,
     LoadedPolicy,
 )
+from .words import MAX_FAILURES, fmt_fraction, fmt_margin
 
 SCHEMA = "oloproof.decision/1"
 #: the largest suite `plan_line` considers; beyond it, it says "more than"
@@ -193,59 +193,6 @@ def decide_run(
     }
 
 
-# ------------------------------------------------------------------ text
-
-
-def fmt_fraction(x: float, kind: str) -> str:
-    """A threshold or estimate as the criterion prints: 70.0% for a rate, 0.700 for a mean."""
-    return f"{x * 100:.1f}%" if kind == "rate" else f"{x:.3f}"
-
-
-def describe_test(d: Mapping[str, Any]) -> str:
-    """`minimum 70.0%`, `max-failures 0`."""
-    if d["test"] == MAX_FAILURES:
-        return f"max-failures {d['max_failures']} ({d['failures']} failed, {d['missing']} missing)"
-    from pytest_oloproof.report.text import fmt_interval
-
-    iv = d["interval"]
-    at_worst = " with missing at worst" if iv.get("missing_at_worst") else ""
-    return (
-        f"{d['test']} {fmt_fraction(d['threshold'], d['kind'])}"
-        f"  {fmt_interval(d['kind'], iv['low'], iv['high'])}{at_worst}"
-    )
-
-
-def decision_lines(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The single-run rows of a decisions table, each undecided one followed by its plan line."""
-    lines = []
-    for d in decisions:
-        lines.append(f"  {d['name']}  {d['criterion']}  {describe_test(d)}  {d['outcome']}  {d['reason']}")
-        if d.get("plan"):
-            lines.append(f"    {d['plan']}")
-    return lines
-
-
-def render(doc: Mapping[str, Any], doc_id: str) -> list[str]:
-    """The decision as text (also what `oloproof inspect` prints for a stored decision)."""
-    run = doc["run"]
-    n = len(doc["decisions"])
-    lines = [
-        f"Decision {doc_id} of {run['run_id']} · {run['cases']} cases · "
-        f"{n} single-run decision{'' if n == 1 else 's'} (no baseline)",
-        "Decisions",
-        *decision_lines(doc["decisions"]),
-        f"Gate: {doc['gate']} (exit {doc['exit_code']}) · blocks on {', '.join(doc['policy']['block_on'])}",
-    ]
-    return lines
-
-
-def markdown(doc: Mapping[str, Any], doc_id: str) -> str:
-    """A GitHub step-summary section for the decision (rendering-safe, see `report.markdown`)."""
-    from pytest_oloproof.report.markdown import decision_markdown
-
-    return decision_markdown(doc, doc_id, describe_test)
-
-
 # ------------------------------------------------------------------ how many cases would decide it
 
 
@@ -365,7 +312,7 @@ def plan_comparison(
     reason: str,
 ) -> str:
     """One line for an undecided comparison decision: how many pairs would decide it (see the module's docstring)."""
-    from .comparison import fmt_margin, paired_interval, worst_bounds
+    from .comparison import paired_interval, worst_bounds
 
     if reason != INTERVAL_OVERLAPS_MARGIN:
         return f"not a question of sample size ({reason})"
@@ -420,10 +367,8 @@ __all__ = [
     "decide_rows",
     "decide_run",
     "gate_of",
-    "markdown",
     "plan_comparison",
     "plan_run",
-    "render",
     "scaled",
     "smallest_deciding",
 ]

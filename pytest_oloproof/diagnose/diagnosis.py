@@ -10,6 +10,8 @@ bypassed) guards against flaky cases, and an intervention (gold context, a
 top-k replay, a reranker replay) tells which stage the failure is implicated
 in. The words are deliberately weak: a factor is *implicated*, an experiment is
 a *candidate*; recovery under an intervention never establishes a cause.
+
+The diagnoser computes and stores the document; report/ renders it (report.text.diagnosis_lines).
 """
 
 from __future__ import annotations
@@ -31,61 +33,21 @@ from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, p
 from pytest_oloproof.system.declare import load_object
 from pytest_oloproof.usage import accounting as usage
 
+from .labels import (
+    CONFIRMS,
+    FACTORS,
+    LABELS,
+    NOT_DIAGNOSED,
+    REPLAYS,
+    UNSTABLE,
+    all_missing,
+    failed,
+    observed,
+    passed,
+)
+
 SCHEMA = "oloproof.diagnosis/1"
 INTERVENTIONS = ("gold-context", "top-k", "reranker")
-REPLAYS = ("top-k", "reranker")
-
-#: label -> (reason, strength, text of its output line); the order is the order of the output
-LABELS: dict[str, tuple[str, str, str]] = {
-    "RETRIEVAL_MISS": (
-        "relevant_not_retrieved",
-        "intervention_recovery",
-        "recovered; no relevant evidence was retrieved",
-    ),
-    "RANKED_OUT": (
-        "relevant_ranked_below_top_k",
-        "intervention_recovery",
-        "recovered; relevant evidence was retrieved but ranked below the top-k cut",
-    ),
-    "CONTEXT_ASSEMBLY_LOSS": (
-        "relevant_dropped_from_context",
-        "intervention_recovery",
-        "recovered; relevant evidence within top-k was left out of the context",
-    ),
-    "CONTEXT_DISTRACTION": (
-        "recovered_without_other_passages",
-        "intervention_recovery",
-        "recovered; relevant evidence was in the context, and recovered without the other passages",
-    ),
-    "RECOVERED_UNLABELED": (
-        "no_relevance_labels",
-        "intervention_recovery",
-        "recovered; the case has no relevance labels to place the failure",
-    ),
-    "GENERATION_FAILURE": (
-        "fails_with_gold_context",
-        "intervention_non_recovery",
-        "still failed with the gold context",
-    ),
-}
-UNSTABLE = "UNSTABLE"
-NOT_DIAGNOSED = "NOT_DIAGNOSED"
-
-#: label -> (implicated factor, candidate experiments); RECOVERED_UNLABELED implicates nothing
-FACTORS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "CONTEXT_ASSEMBLY_LOSS": ("context budget", ("a larger token budget", "smaller chunks")),
-    "RANKED_OUT": ("ranking cut", ("a larger top_k", "a reranker")),
-    "RETRIEVAL_MISS": ("retrieval", ("a larger depth", "a different retriever or index")),
-    "CONTEXT_DISTRACTION": ("other passages in the context", ("a smaller top_k", "a reranker")),
-    "GENERATION_FAILURE": ("generation", ("a change of prompt or model",)),
-}
-#: which gold-context labels a replay is expected to recover ("Confirmed under …")
-CONFIRMS: dict[str, tuple[str, ...]] = {
-    "top-k": ("RANKED_OUT",),
-    "reranker": ("RANKED_OUT", "CONTEXT_ASSEMBLY_LOSS"),
-}
-HYPOTHESIS = "This is a hypothesis to test, not an established cause."
-
 # child-run kinds: key in the diagnosis document, run-header purpose, text in "Child runs:"
 _CHILD = {
     "gold-context": ("gold_context", "diagnosis-gold-context"),
@@ -113,11 +75,11 @@ class Request:
 
 @dataclass
 class Result:
-    """A finished diagnosis: the stored document, its id (None when nothing was selected) and its text."""
+    """A finished diagnosis: the stored document and its id (None when nothing was selected, or not stored);
+    report.text.diagnosis_lines renders it."""
 
     doc: DiagnosisDoc
     doc_id: str | None
-    lines: list[str]
     #: what this diagnosis's re-execution spent (its child runs' `usage`); not part of the stored document
     usage: dict[str, Any] | None = None
 
@@ -147,18 +109,6 @@ def value_of(rec: Mapping[str, Any], criterion: str) -> dict[str, Any]:
     if message:
         out["message"] = str(message)  # what went wrong (e.g. the reranker's exception), for the output
     return out
-
-
-def observed(v: Mapping[str, Any]) -> bool:
-    return v.get("status") == "observed"
-
-
-def passed(v: Mapping[str, Any]) -> bool:
-    return v.get("status") == "observed" and float(v.get("value", 0.0)) >= 1.0
-
-
-def failed(v: Mapping[str, Any]) -> bool:
-    return v.get("status") == "observed" and float(v.get("value", 1.0)) < 1.0
 
 
 def relevant_evidence(rec: Mapping[str, Any], unit: str) -> tuple[list[int], bool] | None:
@@ -265,11 +215,6 @@ def implicated(counts: Mapping[str, int], recovered: int, diagnosed: int) -> lis
         basis, of = ("diagnosed", diagnosed) if label == "GENERATION_FAILURE" else ("recovered", recovered)
         out.append({"factor": FACTORS[label][0], "label": label, "count": n, "of": of, "basis": basis})
     return out
-
-
-def _undiagnosable_lines(doc: Mapping[str, Any]) -> list[str]:
-    ids = doc.get("undiagnosable") or []
-    return [f"Undiagnosable: {len(ids)} failed case(s) without gold context: {', '.join(ids)}"] if ids else []
 
 
 def build_gold_doc(
@@ -386,143 +331,6 @@ def _missing_of(entries: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> di
             "cases": [e["id"] for e in bad],
         }
     return out
-
-
-def all_missing(doc: Mapping[str, Any]) -> bool:
-    """Whether the diagnosis measured nothing: every selected case lacks a value under the
-    intervention (for a replay, under the replay) or in its control."""
-    n = (doc.get("counts") or {}).get("selected", 0)
-    if not n:
-        return False
-    keys = ("replay", "replay_control") if doc["intervention"]["name"] in REPLAYS else ("intervention", "control")
-    return any((doc.get("missing") or {}).get(k, {}).get("count") == n for k in keys)
-
-
-# ------------------------------------------------------------------ text
-
-
-def intervention_title(intervention: Mapping[str, Any]) -> str:
-    """How an intervention is named in the output: "gold context", "top-k 4", "reranker mod:fn"."""
-    name, settings = intervention["name"], intervention.get("settings") or {}
-    if name == "top-k":
-        return f"top-k {settings.get('top_k')}"
-    if name == "reranker":
-        return f"reranker {settings.get('reranker')}"
-    return "gold context"
-
-
-_CHILD_TITLES = {"control": "control", "intervention": "gold context", "replay_control": "replay control"}
-
-
-def _short_message(message: str) -> str:
-    """ "reranker() raised AttributeError: x" -> "AttributeError: x" (the stage is named by the line)."""
-    head, sep, rest = message.partition("() raised ")
-    return rest if sep and head.isidentifier() else message
-
-
-def missing_lines(doc: Mapping[str, Any]) -> list[str]:
-    """`reranker m:f failed on 13 of 13 cases: AttributeError: … (money_back, …); missing, reason system_error`."""
-    lines = []
-    for key, m in (doc.get("missing") or {}).items():
-        title = intervention_title(doc["intervention"]) if key == "replay" else _CHILD_TITLES.get(key, key)
-        ids = ", ".join(m["cases"][:3]) + (", …" if len(m["cases"]) > 3 else "")
-        example = f": {_short_message(m['example'])}" if m.get("example") else ""
-        reasons = ", ".join(m["reasons"])
-        lines.append(
-            f"{title} failed on {m['count']} of {m['of']} cases{example} ({ids}); "
-            f"missing, reason {reasons}; excluded from the counts below"
-        )
-    return lines
-
-
-def _label_lines(counts: Mapping[str, int], of: int) -> list[str]:
-    return [f"{label}: {counts[label]} of {of}, {LABELS[label][2]}" for label in LABELS if counts.get(label)]
-
-
-def render(doc: Mapping[str, Any], doc_id: str | None) -> list[str]:
-    """The diagnose output of SPEC §9, from the stored document alone."""
-    c = doc["counts"]
-    lines = [f"Selected: {c['selected']} failed cases with gold context (observed; no population claim)"]
-    lines += _undiagnosable_lines(doc)
-    if not c["selected"] or doc_id is None:
-        return lines
-    no_control = ((doc.get("missing") or {}).get("control") or {}).get("count", 0)
-    lines.append(
-        f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
-        + (f" ({no_control} without a value)" if no_control else "")
-    )
-    if c["unstable"]:
-        where = "the control" if doc["intervention"]["name"] == "gold-context" else "a control"
-        lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
-    if c["not_diagnosed"]:
-        lines.append(
-            f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "
-            "or in the control (an error; see the child run); not diagnosed"
-        )
-    title = intervention_title(doc["intervention"])
-    children = doc["child_runs"]
-    lines += missing_lines(doc)
-    if all_missing(doc):
-        lines.append("Nothing was measured: every selected case is missing a value (see above); no labels")
-    if doc["intervention"]["name"] == "gold-context":
-        lines.append(f"Recovered under gold context: {c['recovered']} of {c['diagnosed']}")
-        lines += _label_lines(c["labels"], c["diagnosed"])
-        if doc["implicated"]:
-            parts = [
-                f"{i['factor']}, in {i['count']} of the {i['of']} {i['basis']} failures" for i in doc["implicated"]
-            ]
-            lines.append(f"Implicated: {'; '.join(parts)}.")
-        lines += [f"Candidate experiment: {x['experiment']}. {HYPOTHESIS}" for x in doc["candidate_experiments"]]
-        child = f"gold context {children['gold_context']}, control {children['control']}"
-    else:
-        g = c["gold"]
-        lines.append(f"Recovered under {title}: {c['recovered']} of {c['diagnosed']}{_excluded(c)}")
-        confirm = " or ".join(c["confirm_labels"])
-        lines.append(f"Confirmed under {title}: {c['confirmed']} of {c['confirmable']} {confirm} cases also recovered")
-        lines.append(
-            f"Labels from gold context (diagnosis {doc['gold_context_diagnosis']}): "
-            f"{g['recovered']} of {g['diagnosed']} recovered"
-        )
-        lines += _label_lines(g["labels"], g["diagnosed"])
-        child = (
-            f"gold context {children['gold_context']}, control {children['control']}, "
-            f"{title} {children['replay']}, replay control {children['replay_control']}"
-        )
-    lines += [f"Diagnosis {doc_id}", f"Child runs: {child}", f"Cases: oloproof inspect {doc_id}"]
-    return lines
-
-
-def _excluded(counts: Mapping[str, Any]) -> str:
-    n = int(counts.get("replay_not_counted", 0))
-    return f" ({n} without a value under the replay or its control, not counted)" if n else ""
-
-
-def case_lines(doc: Mapping[str, Any]) -> list[str]:
-    """`oloproof inspect DIAGNOSIS`: one line per case, then the undiagnosable ones."""
-    replay = doc["intervention"]["name"] in REPLAYS
-    title = intervention_title(doc["intervention"])
-    lines = []
-    for e in doc["cases"]:
-        pos = e.get("best_relevant_position")
-        line = (
-            f"{e['id']}: {e['label']}, {e['reason']}, strength {e['strength']}, "
-            f"best relevant position {'n/a' if pos is None else pos}"
-        )
-        if replay:
-            if passed(e["replay_control"]):
-                tail = "passed in the replay control"
-            elif not observed(e["replay_control"]):
-                tail = f"no value in the replay control ({e['replay_control'].get('reason')})"
-            elif passed(e["replay"]):
-                tail = "recovered"
-            elif e["replay"].get("status") != "observed":
-                tail = f"no value ({e['replay'].get('reason')})"
-            else:
-                tail = "not recovered"
-            line += f"; under {title}: {tail}"
-        lines.append(line)
-    lines += _undiagnosable_lines(doc)
-    return lines
 
 
 # ------------------------------------------------------------------ the diagnoser
@@ -852,17 +660,13 @@ class Diagnoser:
         return {}
 
     def finish(self, *, complete: bool = True) -> Result:
-        """Close the child runs, build and store the diagnosis document(s), and render the output.
+        """Close the child runs, build and store the diagnosis document(s).
 
         The result also says what re-executing the cases spent (tokens and cost of the child runs).
         """
         result = self._finish(complete=complete)
         cases = [c for recorder in self._recorders.values() for c in recorder.cases]
-        pricing = pricing_table(self.ev.cfg.settings)
-        result.usage = usage.summarize(cases, pricing)
-        line = usage.child_runs_line(cases, pricing)
-        if line:
-            result.lines.append(line)
+        result.usage = usage.summarize(cases, pricing_table(self.ev.cfg.settings))
         return result
 
     def _finish(self, *, complete: bool = True) -> Result:
@@ -877,7 +681,7 @@ class Diagnoser:
         base = self.base()
         if not done:
             doc = build_gold_doc(base, [], undiagnosable, {})
-            return Result(doc, None, render(doc, None))
+            return Result(doc, None)
         reused = {o.get("gold_diagnosis") for o in done}
         gold_id: str | None = None
         if reused == {None}:
@@ -895,14 +699,14 @@ class Diagnoser:
             assert gold_id is not None
             gold_doc = cast(DiagnosisDoc, self.ev.store.load_doc("diagnosis", gold_id))
         if not self.is_replay():
-            return Result(gold_doc, gold_id, render(gold_doc, gold_id))
+            return Result(gold_doc, gold_id)
         children = {**gold_doc["child_runs"], "replay": child["replay"], "replay_control": child["replay_control"]}
         intervention = {"name": self.request.intervention, "settings": self.settings()}
         doc = build_replay_doc(
             base, intervention, [dict(o["entry"]) for o in done], undiagnosable, children, gold_id or "(incomplete)"
         )
         doc_id = self.ev.store.save_doc("diagnosis", doc) if complete else None
-        return Result(doc, doc_id, render(doc, doc_id) if doc_id else render(doc, "(not stored: interrupted)"))
+        return Result(doc, doc_id)
 
     # -- the whole diagnosis without pytest
 

@@ -616,7 +616,9 @@ class OloproofPlugin:
         interrupted = self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED or bool(session.shouldstop)
         ran = len(self.diagnoser.outcomes)
         result = self.diagnoser.finish(complete=not interrupted and ran >= self.items_selected)
-        self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + result.lines
+        from pytest_oloproof.report.text import diagnosis_lines
+
+        self.summary_lines = [f"warning: {m}" for m in self.diagnosis_notes] + diagnosis_lines(result)
         if result.measured_nothing and int(session.exitstatus) == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # nothing was diagnosed: never a success
         try:
@@ -1090,20 +1092,30 @@ class OloproofPlugin:
         self.record = record
         ev = self.evaluation
         store_root = str(ev.store.root) if ev else None
-        from pytest_oloproof.report.text import markdown_summary, run_summary
+        from pytest_oloproof.report.markdown import run_markdown
+        from pytest_oloproof.report.text import run_summary
 
         self.summary_lines = run_summary(record, store_root=store_root)
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:
-                f.write(redact(markdown_summary(record)))
+                f.write(redact(run_markdown(record)))
         self.config.hook.pytest_oloproof_run_recorded(record=record, config=self.config)
         gated: dict[str, Any] = {}
         if self.gate is not None and not (self.interrupted or int(exitstatus) == pytest.ExitCode.INTERRUPTED):
-            gate_exit = self.gate.apply(record, self.summary_lines, step)
+            from pytest_oloproof.report.junit import gate_properties
+            from pytest_oloproof.report.markdown import gate_markdown
+            from pytest_oloproof.report.text import gate_lines
+
+            gate_exit = self.gate.apply(record)
+            self.summary_lines += gate_lines(self.gate)
+            section = gate_markdown(self.gate) if step else ""
+            if step and section:
+                with open(step, "a", encoding="utf-8") as f:
+                    f.write(redact(section))
             self.gate_exit = gate_exit if gate_exit is not None else self.gate_exit
             gated = self.gate.report_fields()
-            _junit_properties(self.config, self.gate.junit_properties())
+            _junit_properties(self.config, gate_properties(self.gate))
         report_path = self.config.getoption("oloproof_report")
         report_failed = False
         if report_path:  # after the gate, so the report carries its decision

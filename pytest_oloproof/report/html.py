@@ -145,7 +145,10 @@ def _reexecution_line(store: Store, doc: Mapping[str, Any]) -> str | None:
 
     None when no child run reported usage; a child run no longer in the store is left out, and the line says so.
     """
-    from pytest_oloproof.usage.accounting import child_runs_line
+    from pytest_oloproof.usage.accounting import summarize
+
+    from .text import reexecution_line
+    from .views import UsageView
 
     cases: list[CaseRecord] = []
     pricing = None
@@ -160,10 +163,7 @@ def _reexecution_line(store: Store, doc: Mapping[str, Any]) -> str | None:
             absent += 1
             continue
         pricing = pricing or record.get("pricing")
-    line = child_runs_line(cases, pricing)
-    if line and absent:
-        line += f" ({absent} child run(s) not in the store are not counted)"
-    return line
+    return reexecution_line(UsageView(summarize(cases, pricing), absent_runs=absent))
 
 
 def run_page(

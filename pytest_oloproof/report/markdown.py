@@ -1,4 +1,5 @@
-"""Markdown for CI step summaries (`$GITHUB_STEP_SUMMARY`), built so that it renders as meant.
+"""Markdown for CI step summaries (`$GITHUB_STEP_SUMMARY`) of a run, a comparison, a release decision and the
+session gate, from the views of views.py, built so that it renders as meant.
 
 GitHub renders CommonMark with GFM tables. Two things break such summaries quietly: a
 block that swallows the next one (a `> Warning` line directly followed by a table makes
@@ -11,10 +12,12 @@ text is escaped. The tests render the output with markdown-it-py and assert on t
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from pytest_oloproof.records.access import asserting
+from . import text as terminal
+from .fmt import fmt_margin
+from .views import ComparisonView, DecisionView, GateView, RunView
 
 #: failed cases listed by name in a run's summary; the rest are counted
 FAILED_CASES_SHOWN = 20
@@ -75,92 +78,65 @@ def _reasons(reasons: Mapping[str, Any] | None) -> str:
 # ------------------------------------------------------------------ one run
 
 
-def failed_cases(record: Mapping[str, Any]) -> list[tuple[str, list[str]]]:
-    """(case id, what failed) for each case whose pytest item failed: asserting criteria below 1 or
-    missing, or a system error."""
-    out: list[tuple[str, list[str]]] = []
-    for case in record.get("cases") or []:
-        error = case.get("error")
-        if error:
-            stage = error.get("stage")
-            out.append((case["id"], [f"system error{' in ' + stage if stage else ''}: {error.get('message', '')}"]))
-            continue
-        what = []
-        criteria = case.get("criteria") or {}
-        for name in asserting(record):
-            c = criteria.get(name)
-            if not c:
-                continue
-            if c.get("status") == "observed" and c.get("value") is not None and c["value"] < 1.0:
-                what.append(name)
-            elif c.get("status") == "missing":
-                what.append(f"{name} missing ({c.get('reason')})")
-        if what:
-            out.append((case["id"], what))
-    return out
-
-
-def failed_case_lines(record: Mapping[str, Any], limit: int = FAILED_CASES_SHOWN) -> list[str]:
+def failed_case_lines(view: RunView, limit: int = FAILED_CASES_SHOWN) -> list[str]:
     """`**Failed cases (N of M)**` and a list of the first `limit`, then how many more."""
-    failed = failed_cases(record)
+    failed = view.failed
     if not failed:
         return []
-    total = len(record.get("cases") or [])
-    items = [f"{code(cid)}: " + "; ".join(text(w) for w in what) for cid, what in failed[:limit]]
+    items = [f"{code(f.id)}: " + "; ".join(text(w) for w in f.what) for f in failed[:limit]]
     if len(failed) > limit:
         more = len(failed) - limit
-        items.append(f"and {more} more (`oloproof inspect {record.get('run_id')}` lists every case)")
-    return [f"**Failed cases ({len(failed)} of {total})**", "", *bullets(items)]
+        items.append(f"and {more} more (`oloproof inspect {view.run_id}` lists every case)")
+    return [f"**Failed cases ({len(failed)} of {view.case_count})**", "", *bullets(items)]
 
 
-def run_markdown(
-    record: Mapping[str, Any],
-    rows: Sequence[Sequence[str]],
-    notes: Sequence[str],
-    cache: Sequence[str],
-) -> str:
-    """A run's section: the metrics table, its notes, the cache lines, the failed cases."""
-    conf = float(record.get("confidence", 0.95))
-    system = (record.get("system") or {}).get("name")
-    out = [f"### Oloproof · {text(system)} · {code(record['run_id'])} ({text(record.get('status'))})", ""]
+def run_markdown(view: RunView | Mapping[str, Any]) -> str:
+    """A run's section: the metrics table, its notes, the cache and usage lines, the failed cases."""
+    if not isinstance(view, RunView):
+        view = RunView.of(view)
+    cache = terminal.cache_lines(view.cache) + [line.strip() for line in terminal.miss_lines(view.cache_misses)]
+    cache += terminal.usage_lines(view.usage)
+    out = [f"### Oloproof · {text(view.system_name)} · {code(view.run_id)} ({text(view.status)})", ""]
     out += table(
-        ("criterion", "estimate", f"{conf * 100:g}% interval", "accounting"),
-        ([text(cell) for cell in row] for row in rows),
+        ("criterion", "estimate", f"{view.confidence * 100:g}% interval", "accounting"),
+        ([text(cell) for cell in row] for row in terminal.metric_rows(view.metrics)),
     )
-    out += bullets([text(n) for n in notes])
+    out += bullets([text(n) for n in terminal.accounting_lines(view.metrics)])
     out += [f"{code(line)}  " for line in cache[:-1]] + [code(line) for line in cache[-1:]] + [""]
-    out += failed_case_lines(record)
+    out += failed_case_lines(view)
     return "\n".join(out).rstrip("\n") + "\n\n"
 
 
 # ------------------------------------------------------------------ a comparison
 
 
-def comparison_markdown(
-    doc: Mapping[str, Any],
-    doc_id: str,
-    fmt_margin: Any,
-    paragraphs: Sequence[str] = (),
-    after_notes: Sequence[str] = (),
-) -> str:
-    """A comparison's section: warnings, `paragraphs` (plain text, e.g. the cases that are not pairs), the
-    criterion table and its accounting, notes, `after_notes` (plain text, e.g. the cost line), decisions, gate."""
+def comparison_test(d: Mapping[str, Any]) -> str:
+    """A decision's test as the tables show it: the margin against the baseline, or the single-run test."""
+    if d.get("scope") == "run":
+        return f"{terminal.describe_test(d)} (candidate alone)"
+    return f"{d['test']}, margin {fmt_margin(d['margin'])} points"
+
+
+def comparison_markdown(view: ComparisonView | Mapping[str, Any], doc_id: str | None = None) -> str:
+    """A comparison's section: warnings, the cases that are not pairs, the criterion table and its accounting,
+    notes, the cost line, decisions, gate."""
+    if not isinstance(view, ComparisonView):
+        assert doc_id is not None
+        view = ComparisonView.of(view, doc_id)
     out = [
-        f"### Oloproof gate · {text(doc.get('gate') or 'no policy')}",
+        f"### Oloproof gate · {text(view.gate or 'no policy')}",
         "",
-        f"Comparison {code(doc_id)} of {code(doc['candidate']['run_id'])} against {code(doc['baseline']['run_id'])}"
-        f" · {doc['paired_cases']} paired cases",
+        f"Comparison {code(view.doc_id)} of {code(view.candidate_id)} against {code(view.baseline_id)}"
+        f" · {view.paired_cases} paired cases",
         "",
     ]
-    out += quote([f"Warning: {text(w)}" for w in doc.get("warnings") or []])
-    for paragraph in paragraphs:
+    out += quote([f"Warning: {text(w)}" for w in view.warnings])
+    for paragraph in terminal.unpaired_paragraphs(view):
         out += [text(paragraph), ""]
     rows = []
     accounting = []
-    for name, c in doc["criteria"].items():
-        from pytest_oloproof.compare.comparison import criterion_accounting
-
-        acc = criterion_accounting(c)
+    for name, c in view.criteria.items():
+        acc = terminal.criterion_accounting(c)
         if c["paired"]:
             pr = c["printed"]
             rows.append([text(name), text(pr["estimate"]), text(f"[{pr['low']}, {pr['high']}]"), text(acc)])
@@ -172,23 +148,16 @@ def comparison_markdown(
                 accounting.append(text(f"{name} — {label}: {_reasons(reasons)}"))
     out += table(("criterion", "difference (points)", "interval", "accounting"), rows)
     out += bullets(accounting)
-    for note in [*(doc.get("sample_size_notes") or []), *after_notes]:  # paragraphs: a list would merge
+    for note in [*view.sample_size_notes, *terminal.cost_lines(view.cost)]:  # paragraphs: a list would merge
         out += [text(note), ""]
-    if doc.get("decisions"):
-        from pytest_oloproof.compare.release import describe_test
-
-        def test_of(d: Mapping[str, Any]) -> str:
-            if d.get("scope") == "run":
-                return f"{describe_test(d)} (candidate alone)"
-            return f"{d['test']}, margin {fmt_margin(d['margin'])} points"
-
-        out += decision_table(doc["decisions"], test_of)
-        reason = f" · {text(doc['gate_reason'])}" if doc.get("gate_reason") else ""
-        out += [f"**Gate: {text(doc['gate'])} (exit {doc['exit_code']}){reason}**", ""]
+    if view.decisions:
+        out += decision_table(view.decisions, comparison_test)
+        reason = f" · {text(view.gate_reason)}" if view.gate_reason else ""
+        out += [f"**Gate: {text(view.gate)} (exit {view.exit_code}){reason}**", ""]
     return "\n".join(out).rstrip("\n") + "\n\n"
 
 
-def decision_table(decisions: Sequence[Mapping[str, Any]], test_of: Any) -> list[str]:
+def decision_table(decisions: Sequence[Mapping[str, Any]], test_of: Callable[[Mapping[str, Any]], str]) -> list[str]:
     """The decisions table, then each undecided decision's plan line (how many cases would decide it)."""
     rows = [
         [text(d["name"]), text(d["criterion"]), text(test_of(d)), f"**{text(d['outcome'])}**", text(d["reason"])]
@@ -199,15 +168,30 @@ def decision_table(decisions: Sequence[Mapping[str, Any]], test_of: Any) -> list
     return out
 
 
-def decision_markdown(doc: Mapping[str, Any], doc_id: str, test_of: Any) -> str:
+# ------------------------------------------------------------------ a release decision and the session gate
+
+
+def decision_markdown(view: DecisionView | Mapping[str, Any], doc_id: str | None = None) -> str:
     """One run's release decision: the decisions table, plan lines and the gate."""
-    run = doc["run"]
+    if not isinstance(view, DecisionView):
+        assert doc_id is not None
+        view = DecisionView.of(view, doc_id)
     out = [
-        f"### Oloproof gate · {text(doc['gate'])}",
+        f"### Oloproof gate · {text(view.gate)}",
         "",
-        f"Decision {code(doc_id)} of {code(run['run_id'])} · {run['cases']} cases · no baseline",
+        f"Decision {code(view.doc_id)} of {code(view.run_id)} · {view.cases} cases · no baseline",
         "",
     ]
-    out += decision_table(doc["decisions"], test_of)
-    out += [f"**Gate: {text(doc['gate'])} (exit {doc['exit_code']})**", ""]
+    out += decision_table(view.decisions, terminal.describe_test)
+    out += [f"**Gate: {text(view.gate)} (exit {view.exit_code})**", ""]
     return "\n".join(out).rstrip("\n") + "\n\n"
+
+
+def gate_markdown(gate: GateView | Any) -> str:
+    """The session gate's section: its comparison or decision ("" when it could not decide)."""
+    view = gate if isinstance(gate, GateView) else GateView.of(gate)
+    if view.decision is not None:
+        return decision_markdown(view.decision)
+    if view.comparison is not None:
+        return comparison_markdown(view.comparison)
+    return ""

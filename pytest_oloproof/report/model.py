@@ -1,8 +1,10 @@
-"""One view model of a run, a diagnosis and a comparison, for every renderer.
+"""The HTML page's data: the views of views.py (a run, a diagnosis, a comparison, a release decision) as
+the JSON the page's templates and script lay out, with what only the page shows (plots, the funnel,
+each case's retrieval ladder and details).
 
-The numbers and phrases come from the same functions the terminal and Markdown output use
-(render.py, diagnose.render, compare.render), so the HTML page never says something the
-terminal does not. Each view is plain data: the templates only lay it out.
+The numbers and phrases come from the same views and the same text functions as the terminal and
+Markdown output (text.py), so the HTML page never says something the terminal does not. Each page
+view is plain data: the templates only lay it out.
 """
 
 from __future__ import annotations
@@ -11,21 +13,27 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_oloproof.diagnose.labels import LABELS
 from pytest_oloproof.evaluators.retrieval import qrels_of
 from pytest_oloproof.records.access import asserting, cases_by_id, criteria_of, evaluator_rows, relevance_unit
 from pytest_oloproof.stats.aggregate import slice_value
 
+from .fmt import fmt_estimate, fmt_interval, fmt_margin
 from .svg import ForestRow, forest_plot, nice_symmetric, percent_tick, points_tick, unit_tick
 from .text import (
     accounting,
     accounting_lines,
     cache_lines,
     case_usage_text,
-    fmt_estimate,
-    fmt_interval,
+    cost_lines,
+    criterion_line,
+    describe_test,
+    diagnosis_lines,
+    intervention_title,
     miss_lines,
     usage_lines,
 )
+from .views import CaseView, DiagnosisView, RunView
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
 _STATUS_CODE = {"observed": "o", "missing": "m", "excluded": "x"}
@@ -386,7 +394,7 @@ def case_payload(
                     "ca": _cache(case.get("cache")),
                     "cd": _criterion_details(case, texts),
                     "src": case.get("source"),
-                    "u": case_usage_text(case).removeprefix(" · ") or None,
+                    "u": case_usage_text(CaseView.of(case)).removeprefix(" · ") or None,
                     "dg": dict(label) if label else None,
                 }
             )
@@ -431,8 +439,8 @@ def run_view(
 ) -> dict[str, Any]:
     """Everything the run page shows; `comparison` is a comparison_view to show beneath (the CI form),
     `decision` a decision_view (the run decided alone by a release policy)."""
-    metrics = record.get("metrics") or {}
-    confidence = float(record.get("confidence", 0.95))
+    view = RunView.of(record)
+    metrics, confidence = view.metrics, view.confidence
     cases = record.get("cases") or []
     asserts = set(asserting(record))
     failed = sum(1 for c in cases if case_failed(c, asserts))
@@ -473,9 +481,9 @@ def run_view(
             }
             for e in evaluator_rows(record)
         ],
-        "cache_lines": (cache_lines(record["cache"]) if record.get("cache") else [])
-        + [line.strip() for line in miss_lines(record.get("cache_misses"))]
-        + usage_lines(record),
+        "cache_lines": (cache_lines(view.cache) if view.cache else [])
+        + [line.strip() for line in miss_lines(view.cache_misses)]
+        + usage_lines(view.usage),
         "counts": {
             "cases": len(cases),
             "failed": failed,
@@ -496,8 +504,8 @@ def run_view(
         "accounting_lines": accounting_lines(metrics),
         "metrics_plot": metrics_plot(metrics, confidence),
         "funnel": funnel(record, diagnosis[1].get("criterion") if diagnosis else None),
-        "slices": slice_plots(record.get("slices") or [], int(record.get("min_slice_support", 5))),
-        "min_slice_support": int(record.get("min_slice_support", 5)),
+        "slices": slice_plots(view.slices, view.min_slice_support),
+        "min_slice_support": view.min_slice_support,
         "diagnosis": {"id": diagnosis[0], "criterion": diagnosis[1].get("criterion")} if diagnosis else None,
         "labels": sorted({v["label"] for v in labels.values() if v.get("label")}),
         "data": case_payload(record, labels),
@@ -525,10 +533,9 @@ def diagnosis_view(doc: Mapping[str, Any], doc_id: str, reexecution_line: str | 
 
     `reexecution_line` says what re-executing the cases spent (from the child runs' records), when known.
     """
-    from pytest_oloproof.diagnose.diagnosis import LABELS, REPLAYS, intervention_title, render
-
-    lines = render(doc, doc_id)
-    replay = doc["intervention"]["name"] in REPLAYS
+    view = DiagnosisView.of(doc, doc_id)
+    lines = diagnosis_lines(view)
+    replay = view.replay
     counts = doc["counts"]
     label_counts = counts["gold"]["labels"] if replay else counts.get("labels") or {}
     of = counts["gold"]["diagnosed"] if replay else counts.get("diagnosed", 0)
@@ -600,8 +607,6 @@ def _margin_marks(criterion: str, decisions: Sequence[Mapping[str, Any]]) -> tup
 
 
 def differences_plot(doc: Mapping[str, Any]) -> Any:
-    from pytest_oloproof.compare.comparison import criterion_line
-
     decisions = doc.get("decisions") or []
     rows, spans = [], []
     for name, c in (doc.get("criteria") or {}).items():
@@ -646,9 +651,6 @@ def _changed_ids(changed: Any) -> list[str]:
 
 def decision_rows(decisions: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The decisions table's rows (comparison and single-run decisions), each with its plan line if undecided."""
-    from pytest_oloproof.compare.comparison import fmt_margin
-    from pytest_oloproof.compare.release import describe_test
-
     rows = []
     for d in decisions:
         if d.get("scope") == "run":
@@ -690,9 +692,6 @@ def comparison_view(
 
     `candidate` and `baseline` are the two run records when available (for both outputs side by side).
     """
-    from pytest_oloproof.compare.comparison import criterion_line
-    from pytest_oloproof.usage.accounting import cost_lines
-
     cand, base = cases_by_id(candidate), cases_by_id(baseline)
     flipped: list[dict[str, Any]] = []
     for name, c in (doc.get("criteria") or {}).items():

@@ -1,33 +1,59 @@
-"""Text for people: the metrics table, cache lines, slices; Markdown for CI summaries."""
+"""Terminal text, from the views of views.py: a run's summary (metrics table, caches, usage, slices), a case
+line, a diagnosis, a comparison, a release decision, the session gate, a plan and a judge validation.
+
+What `pytest` prints under its summary, what every `oloproof` command prints, and what `oloproof inspect`
+prints back from the store: one function per document, so the three never differ.
+"""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_oloproof.stats.intervals import round_outward
-from pytest_oloproof.usage.accounting import budget_line, fmt_cost, tokens_line
+from pytest_oloproof.cache.miss_reasons import lines as _miss_reason_lines
+from pytest_oloproof.compare.words import MAX_FAILURES, changed_summary, shown_ids
+from pytest_oloproof.diagnose.labels import HYPOTHESIS, LABELS, NOT_DIAGNOSED, observed, passed
+from pytest_oloproof.usage.accounting import BUDGET_EXHAUSTED
 
+from .fmt import (
+    fmt_cost,
+    fmt_estimate,
+    fmt_fraction,
+    fmt_int,
+    fmt_interval,
+    fmt_margin,
+    printed_interval,
+    signed_cost,
+)
+from .views import (
+    CaseView,
+    ComparisonView,
+    DecisionView,
+    DiagnosisView,
+    GateView,
+    JudgeValidationView,
+    PlanView,
+    RunView,
+    UsageView,
+)
 
-def pct(x: float) -> str:
-    return f"{x * 100:.1f}%"
+if TYPE_CHECKING:
+    from pytest_oloproof.diagnose.diagnosis import Result
 
+__all__ = [
+    "case_line",
+    "comparison_lines",
+    "decision_lines",
+    "diagnosis_case_lines",
+    "diagnosis_lines",
+    "gate_lines",
+    "judge_validation_lines",
+    "plan_lines",
+    "run_lines",
+    "run_summary",
+]
 
-def fmt_interval(kind: str, low: float, high: float) -> str:
-    """Outward-rounded interval: a printed bound never claims more than the data."""
-    if kind == "rate":
-        lo, hi = round_outward(low, high, 3)
-        return f"[{lo * 100:.1f}%, {hi * 100:.1f}%]"
-    lo, hi = round_outward(low, high, 3)
-    return f"[{lo:.3f}, {hi:.3f}]"
-
-
-def fmt_estimate(m: Mapping[str, Any]) -> str:
-    v = m.get("value")
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    return pct(v) if m["kind"] == "rate" else f"{v:.3f}"
+# ------------------------------------------------------------------ a run
 
 
 def accounting(m: Mapping[str, Any]) -> str:
@@ -82,7 +108,10 @@ def accounting_lines(metrics: Mapping[str, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
+def cache_lines(cache: Mapping[str, Mapping[str, int]] | None) -> list[str]:
+    if cache is None:
+        raise KeyError("cache")  # a record that holds only its start header has no summary
+
     def hm(k: str) -> str:
         return f"{cache[k]['hit']} hit/{cache[k]['miss']} miss"
 
@@ -93,10 +122,8 @@ def cache_lines(cache: Mapping[str, Mapping[str, int]]) -> list[str]:
 
 
 def miss_lines(misses: Mapping[str, Any] | None) -> list[str]:
-    """Why the caches missed, per stage (see missreasons.py)."""
-    from pytest_oloproof.cache.miss_reasons import lines
-
-    return lines(misses)
+    """Why the caches missed, per stage (see cache/miss_reasons.py)."""
+    return _miss_reason_lines(misses)
 
 
 #: terminal width a slice line wraps at
@@ -142,65 +169,518 @@ def _slice_cell(row: Mapping[str, Any]) -> str:
     return f"{row['criterion']} {est} {iv} {count}"
 
 
-def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
-    lines = metrics_table(record.get("metrics") or {}, float(record.get("confidence", 0.95)))
-    lines += cache_lines(record["cache"])
-    lines += miss_lines(record.get("cache_misses"))
-    lines += usage_lines(record)
-    lines += slice_lines(record.get("slices") or [], int(record.get("min_slice_support", 5)))
-    counts = record.get("counts") or {}
-    internal = counts.get("internal_errors", 0)
-    errors = counts.get("errors", 0) - internal
-    errors -= len((record.get("budget") or {}).get("cases_not_executed") or [])  # told by the Budget: line
-    if errors:
-        lines.append(f"System errors: {errors} case(s) missing for every criterion (see the run record)")
-    if internal:
+def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
+    """The summary under pytest's, and the head of `oloproof inspect RUN`."""
+    lines = metrics_table(view.metrics, view.confidence)
+    lines += cache_lines(view.cache)
+    lines += miss_lines(view.cache_misses)
+    lines += usage_lines(view.usage)
+    lines += slice_lines(view.slices, view.min_slice_support)
+    if view.system_errors:
+        lines.append(f"System errors: {view.system_errors} case(s) missing for every criterion (see the run record)")
+    if view.internal_errors:
         lines.append(
-            f"Internal errors: {internal} case(s) hit an error inside Oloproof and are missing for every criterion "
-            "(reason internal_error; tracebacks in the run record) — please report it"
+            f"Internal errors: {view.internal_errors} case(s) hit an error inside Oloproof and are missing for "
+            "every criterion (reason internal_error; tracebacks in the run record) — please report it"
         )
-    if record.get("note"):
-        lines.append(f"Note: {record['note']}")
+    if view.note:
+        lines.append(f"Note: {view.note}")
     where = f" in {store_root}" if store_root else ""
-    lines.append(f"Run {record['run_id']} ({record['status']}, {len(record.get('cases') or [])} cases) stored{where}")
+    lines.append(f"Run {view.run_id} ({view.status}, {view.case_count} cases) stored{where}")
     return lines
 
 
-def markdown_summary(record: Mapping[str, Any]) -> str:
-    """A GitHub step-summary section for one run (rendering-safe Markdown: see `report.markdown`)."""
-    from .markdown import run_markdown
-
-    metrics = record.get("metrics") or {}
-    cache = cache_lines(record["cache"]) + [line.strip() for line in miss_lines(record.get("cache_misses"))]
-    return run_markdown(record, metric_rows(metrics), accounting_lines(metrics), cache + usage_lines(record))
+def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
+    """`run_lines` of a run record."""
+    return run_lines(RunView.of(record), store_root=store_root)
 
 
-def usage_lines(record: Mapping[str, Any]) -> list[str]:
-    """The `Tokens:` line (spent by judges and system, saved by the caches) and the budget line, when there are."""
-    return [line for line in (tokens_line(record.get("usage")), budget_line(record.get("budget"))) if line]
-
-
-def case_line(c: Mapping[str, Any]) -> str:
+def case_line(c: CaseView | Mapping[str, Any]) -> str:
     """One line per case for `oloproof inspect RUN`."""
+    view = c if isinstance(c, CaseView) else CaseView.of(c)
     parts = []
-    for name, cv in (c.get("criteria") or {}).items():
+    for name, cv in view.criteria.items():
         if cv["status"] == "observed":
             v = cv["value"]
             parts.append(f"{name}={'pass' if v == 1.0 else ('fail' if v == 0.0 else f'{v:.3f}')}")
         else:
             parts.append(f"{name}={cv['status']}({cv.get('reason')})")
-    pos = c.get("relevant_position")
+    pos = view.relevant_position
     extra = f" · relevant position {pos}" if pos is not None else ""
-    trunc = " · context truncated" if c.get("context_truncated") else ""
-    err = f" · error: {c['error']['message']}" if c.get("error") else ""
-    return f"{c['id']}: {', '.join(parts)}{extra}{trunc}{case_usage_text(c)}{err}"
+    trunc = " · context truncated" if view.context_truncated else ""
+    err = f" · error: {view.error}" if view.error is not None else ""
+    return f"{view.id}: {', '.join(parts)}{extra}{trunc}{case_usage_text(view)}{err}"
 
 
-def case_usage_text(c: Mapping[str, Any]) -> str:
-    """` · 3 calls, 213 tokens, ~$0.00042` from a case record's `usage.totals` (empty when it spent nothing)."""
-    spent = (((c.get("usage") or {}).get("totals")) or {}).get("spent") or {}
+def case_usage_text(view: CaseView) -> str:
+    """` · 3 calls, 213 tokens, ~$0.00042` from a case's spending (empty when it spent nothing)."""
+    spent = view.spent
     if not spent.get("calls"):
         return ""
     tokens = "tokens unknown" if spent.get("tokens") is None else f"{spent['tokens']:,} tokens"
     cost = "" if spent.get("cost") is None else f", ~{fmt_cost(spent['cost'])}"
     return f" · {spent['calls']} call{'s' if spent['calls'] != 1 else ''}, {tokens}{cost}"
+
+
+# ------------------------------------------------------------------ usage and cost
+
+
+def usage_lines(view: UsageView | Mapping[str, Any]) -> list[str]:
+    """The `Tokens:` line (spent by judges and system, saved by the caches) and the budget line, when there are
+    (from a usage view, or a run record)."""
+    if not isinstance(view, UsageView):
+        view = UsageView.of_run(view)
+    return [line for line in (tokens_line(view.summary), budget_line(view.budget)) if line]
+
+
+def _source_text(name: str, s: Mapping[str, Any]) -> str:
+    calls = s["calls"]
+    head = f"{name} {fmt_int(calls)} call{'s' if calls != 1 else ''}"
+    if s["input_tokens"] is None:
+        return f"{head}, tokens unknown (not reported)"
+    text = f"{head}, {fmt_int(s['input_tokens'])} in / {fmt_int(s['output_tokens'])} out"
+    if s.get("cached_input_tokens"):
+        text += f" ({fmt_int(s['cached_input_tokens'])} cached in)"
+    if s["unknown_calls"]:
+        text += f" + {s['unknown_calls']} call(s) of unknown usage"
+    if s.get("cost") is not None:
+        text += f", ~{fmt_cost(s['cost'])}"
+    elif s.get("unpriced_models"):
+        text += f" (no price for {', '.join(s['unpriced_models'])})"
+    return text
+
+
+def tokens_line(usage: Mapping[str, Any] | None) -> str | None:
+    """`Tokens: judges …; system …; saved …` (None when the run reported no usage at all)."""
+    if not usage:
+        return None
+    parts = []
+    judges, system, saved = usage["judges"], usage["system"], usage["saved"]
+    parts.append(_source_text("judges", judges) if judges["calls"] else "judges 0 calls")
+    parts.append(_source_text("system", system) if system["calls"] else "system none reported")
+    if saved["calls"]:
+        what = []
+        if saved["judges"]["calls"]:
+            what.append(f"{fmt_int(saved['judges']['calls'])} judge call{'s' if saved['judges']['calls'] != 1 else ''}")
+        if saved["system"]["calls"]:
+            n = saved["system"]["calls"]
+            what.append(f"{fmt_int(n)} system call{'s' if n != 1 else ''}")
+        tokens = saved["tokens"]
+        what.append("tokens unknown" if tokens is None else f"{fmt_int(tokens)} tokens")
+        if saved["cost"] is not None:
+            what.append(f"~{fmt_cost(saved['cost'])}")
+        parts.append("saved " + ", ".join(what))
+    else:
+        parts.append("saved nothing")
+    line = "Tokens: " + "; ".join(parts)
+    if not usage.get("priced"):
+        line += " (no pricing: table, cost not computed)"
+    return line
+
+
+def budget_line(budget: Mapping[str, Any] | None) -> str | None:
+    """`Budget: the budget (max_cost ~$0.02) stopped the run: …` (None unless a budget stopped the run)."""
+    if not budget or not budget.get("exhausted"):
+        return None
+    limits = []
+    if budget.get("max_judge_calls") is not None:
+        limits.append(f"max_judge_calls {budget['max_judge_calls']}")
+    if budget.get("max_cost") is not None:
+        limits.append(f"max_cost ~{fmt_cost(float(budget['max_cost']))}")
+    parts = []
+    if budget["cases_not_judged"]:
+        parts.append(f"{len(budget['cases_not_judged'])} case(s) not fully judged")
+    if budget["cases_not_executed"]:
+        parts.append(f"{len(budget['cases_not_executed'])} case(s) not executed")
+    return (
+        f"Budget: the budget ({', '.join(limits)}) stopped the run: {', '.join(parts)}; "
+        f"{budget['criteria_missing']} criterion value(s) missing ({BUDGET_EXHAUSTED})"
+    )
+
+
+def reexecution_line(view: UsageView | None) -> str | None:
+    """What a diagnosis's re-execution spent (its child runs' usage), as a `Re-execution tokens:` line."""
+    line = tokens_line(view.summary) if view is not None else None
+    if line is None:
+        return None
+    line = "Re-execution tokens:" + line.removeprefix("Tokens:")
+    if view is not None and view.absent_runs:
+        line += f" ({view.absent_runs} child run(s) not in the store are not counted)"
+    return line
+
+
+def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
+    """The comparison's cost line: totals over the paired cases and the difference per case."""
+    if not cost or not cost.get("paired"):
+        return []
+    c, b, d, per = cost["candidate"], cost["baseline"], cost["difference"], cost["difference_per_case"]
+    if d["cost"] is not None:
+        return [
+            f"Cost of the {cost['paired']} paired cases (cache hits at their recorded cost): "
+            f"candidate ~{fmt_cost(c['cost'])}, baseline ~{fmt_cost(b['cost'])}, "
+            f"difference {signed_cost(d['cost'])} ({signed_cost(per['cost'])} per case)"
+        ]
+    if d["tokens"] is not None:
+        return [
+            f"Tokens of the {cost['paired']} paired cases (cost not computed: no pricing: table or an unpriced "
+            f"model): candidate {fmt_int(c['tokens'])}, baseline {fmt_int(b['tokens'])}, "
+            f"difference {d['tokens']:+,} ({per['tokens']:+,.1f} per case)"
+        ]
+    return [f"Cost of the {cost['paired']} paired cases: unknown (a provider did not report usage)"]
+
+
+# ------------------------------------------------------------------ a diagnosis
+
+
+def intervention_title(intervention: Mapping[str, Any]) -> str:
+    """How an intervention is named in the output: "gold context", "top-k 4", "reranker mod:fn"."""
+    name, settings = intervention["name"], intervention.get("settings") or {}
+    if name == "top-k":
+        return f"top-k {settings.get('top_k')}"
+    if name == "reranker":
+        return f"reranker {settings.get('reranker')}"
+    return "gold context"
+
+
+_CHILD_TITLES = {"control": "control", "intervention": "gold context", "replay_control": "replay control"}
+
+
+def _short_message(message: str) -> str:
+    """ "reranker() raised AttributeError: x" -> "AttributeError: x" (the stage is named by the line)."""
+    head, sep, rest = message.partition("() raised ")
+    return rest if sep and head.isidentifier() else message
+
+
+def missing_lines(view: DiagnosisView) -> list[str]:
+    """`reranker m:f failed on 13 of 13 cases: AttributeError: … (money_back, …); missing, reason system_error`."""
+    lines = []
+    for key, m in view.missing.items():
+        title = intervention_title(view.intervention) if key == "replay" else _CHILD_TITLES.get(key, key)
+        ids = ", ".join(m["cases"][:3]) + (", …" if len(m["cases"]) > 3 else "")
+        example = f": {_short_message(m['example'])}" if m.get("example") else ""
+        reasons = ", ".join(m["reasons"])
+        lines.append(
+            f"{title} failed on {m['count']} of {m['of']} cases{example} ({ids}); "
+            f"missing, reason {reasons}; excluded from the counts below"
+        )
+    return lines
+
+
+def _label_lines(counts: Mapping[str, int], of: int) -> list[str]:
+    return [f"{label}: {counts[label]} of {of}, {LABELS[label][2]}" for label in LABELS if counts.get(label)]
+
+
+def _undiagnosable_lines(view: DiagnosisView) -> list[str]:
+    ids = view.undiagnosable
+    return [f"Undiagnosable: {len(ids)} failed case(s) without gold context: {', '.join(ids)}"] if ids else []
+
+
+def _excluded(counts: Mapping[str, Any]) -> str:
+    n = int(counts.get("replay_not_counted", 0))
+    return f" ({n} without a value under the replay or its control, not counted)" if n else ""
+
+
+def diagnosis_lines(view: DiagnosisView | Result | Mapping[str, Any], doc_id: str | None = None) -> list[str]:
+    """The diagnose output (from the stored document alone), then what the re-execution spent when known.
+
+    From a view, a diagnosis just run (`Result`), or a stored document and its id.
+    """
+    if isinstance(view, Mapping):
+        view = DiagnosisView.of(view, doc_id)
+    elif not isinstance(view, DiagnosisView):
+        view = DiagnosisView.of_result(view)
+    lines = _diagnosis_lines(view)
+    line = reexecution_line(view.reexecution)
+    return [*lines, line] if line else lines
+
+
+def _diagnosis_lines(view: DiagnosisView) -> list[str]:
+    c = view.counts
+    lines = [f"Selected: {c['selected']} failed cases with gold context (observed; no population claim)"]
+    lines += _undiagnosable_lines(view)
+    doc_id = view.doc_id
+    if not c["selected"] or doc_id is None:
+        return lines
+    no_control = (view.missing.get("control") or {}).get("count", 0)
+    lines.append(
+        f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
+        + (f" ({no_control} without a value)" if no_control else "")
+    )
+    if c["unstable"]:
+        where = "the control" if view.intervention["name"] == "gold-context" else "a control"
+        lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
+    if c["not_diagnosed"]:
+        lines.append(
+            f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "
+            "or in the control (an error; see the child run); not diagnosed"
+        )
+    title = intervention_title(view.intervention)
+    children = view.child_runs
+    lines += missing_lines(view)
+    if view.measured_nothing:
+        lines.append("Nothing was measured: every selected case is missing a value (see above); no labels")
+    if view.intervention["name"] == "gold-context":
+        lines.append(f"Recovered under gold context: {c['recovered']} of {c['diagnosed']}")
+        lines += _label_lines(c["labels"], c["diagnosed"])
+        if view.implicated:
+            parts = [f"{i['factor']}, in {i['count']} of the {i['of']} {i['basis']} failures" for i in view.implicated]
+            lines.append(f"Implicated: {'; '.join(parts)}.")
+        lines += [f"Candidate experiment: {x['experiment']}. {HYPOTHESIS}" for x in view.candidate_experiments]
+        child = f"gold context {children['gold_context']}, control {children['control']}"
+    else:
+        g = c["gold"]
+        lines.append(f"Recovered under {title}: {c['recovered']} of {c['diagnosed']}{_excluded(c)}")
+        confirm = " or ".join(c["confirm_labels"])
+        lines.append(f"Confirmed under {title}: {c['confirmed']} of {c['confirmable']} {confirm} cases also recovered")
+        lines.append(
+            f"Labels from gold context (diagnosis {view.gold_context_diagnosis}): "
+            f"{g['recovered']} of {g['diagnosed']} recovered"
+        )
+        lines += _label_lines(g["labels"], g["diagnosed"])
+        child = (
+            f"gold context {children['gold_context']}, control {children['control']}, "
+            f"{title} {children['replay']}, replay control {children['replay_control']}"
+        )
+    lines += [f"Diagnosis {doc_id}", f"Child runs: {child}", f"Cases: oloproof inspect {doc_id}"]
+    return lines
+
+
+def diagnosis_case_lines(view: DiagnosisView | Mapping[str, Any], doc_id: str | None = None) -> list[str]:
+    """`oloproof inspect DIAGNOSIS`: one line per case, then the undiagnosable ones."""
+    if not isinstance(view, DiagnosisView):
+        view = DiagnosisView.of(view, doc_id)
+    title = intervention_title(view.intervention)
+    lines = []
+    for e in view.cases:
+        pos = e.get("best_relevant_position")
+        line = (
+            f"{e['id']}: {e['label']}, {e['reason']}, strength {e['strength']}, "
+            f"best relevant position {'n/a' if pos is None else pos}"
+        )
+        if view.replay:
+            if passed(e["replay_control"]):
+                tail = "passed in the replay control"
+            elif not observed(e["replay_control"]):
+                tail = f"no value in the replay control ({e['replay_control'].get('reason')})"
+            elif passed(e["replay"]):
+                tail = "recovered"
+            elif e["replay"].get("status") != "observed":
+                tail = f"no value ({e['replay'].get('reason')})"
+            else:
+                tail = "not recovered"
+            line += f"; under {title}: {tail}"
+        lines.append(line)
+    lines += _undiagnosable_lines(view)
+    return lines
+
+
+# ------------------------------------------------------------------ a comparison
+
+
+def criterion_accounting(c: Mapping[str, Any]) -> str:
+    """`13 paired · 2 missing · with missing at worst: [-31.0, +20.1] · 0 excluded`."""
+    worst = c.get("missing_at_worst")
+    bounded = ""
+    if worst:
+        lo, hi = printed_interval(worst["low"], worst["high"])
+        bounded = f" · with missing at worst: [{lo}, {hi}]"
+    return f"{c['paired']} paired · {c['missing']} missing{bounded} · {c['excluded']} excluded"
+
+
+def criterion_line(name: str, c: Mapping[str, Any]) -> str:
+    acc = criterion_accounting(c)
+    if not c["paired"]:
+        return f"{name}: no paired values · {acc}"
+    pr = c["printed"]
+    return f"{name}: {pr['estimate']} points [{pr['low']}, {pr['high']}] · {acc}"
+
+
+def decided_what(decisions: Sequence[Mapping[str, Any]]) -> str:
+    """`2 against the baseline, 1 on the candidate alone`: what a policy mixing both kinds decided."""
+    against = sum(1 for d in decisions if d.get("scope") != "run")
+    alone = len(decisions) - against
+    return f"{against} against the baseline, {alone} on the candidate alone"
+
+
+def comparison_lines(view: ComparisonView | Mapping[str, Any], doc_id: str | None = None) -> list[str]:
+    """The comparison (what `oloproof compare` and `oloproof inspect COMPARISON` print), from its view or
+    from the stored document and its id."""
+    if not isinstance(view, ComparisonView):
+        assert doc_id is not None
+        view = ComparisonView.of(view, doc_id)
+    lines = [
+        f"Comparison {view.doc_id} of {view.candidate_id} against {view.baseline_id} · {view.paired_cases} paired cases"
+    ]
+    lines += [f"Warning: {w}" for w in view.warnings]
+    for name, c in view.criteria.items():
+        lines.append(criterion_line(name, c))
+        for label in ("missing", "excluded"):
+            reasons = c.get(f"{label}_reasons") or {}
+            if reasons:
+                lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
+    lines += list(view.sample_size_notes)
+    lines += cost_lines(view.cost)
+    if view.slices:
+        lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
+        for r in view.slices:
+            head = f"  exploratory  {r['slice']}={r['value']}  {r['criterion']}:"
+            if r.get("insufficient_support"):
+                lines.append(f"{head} {r['paired']} paired · insufficient support (min {view.min_slice_support})")
+            else:
+                pr = r["printed"]
+                lines.append(f"{head} {pr['estimate']} points [{pr['low']}, {pr['high']}] · {r['paired']} paired")
+    if not view.has_policy:
+        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
+        return lines
+    decisions = view.decisions
+    lines.append("Decisions" + (f" ({decided_what(decisions)})" if view.mixed_scopes else ""))
+    for d in decisions:
+        if d.get("scope") == "run":
+            lines += _run_decision_rows([d])
+            continue
+        at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
+        lines.append(
+            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
+            f"  {d['outcome']}  {d['reason']}"
+        )
+        if d.get("plan"):
+            lines.append(f"    {d['plan']}")
+    reason = f" · {view.gate_reason}" if view.gate_reason else ""
+    lines.append(f"Gate: {view.gate} (exit {view.exit_code}){reason}")
+    return lines
+
+
+def unpaired_paragraphs(view: ComparisonView) -> list[str]:
+    """One paragraph naming the cases that are not pairs: changed, or present in one run only."""
+    parts = []
+    if view.changed:
+        parts.append(changed_summary(view.changed))
+    for ids, label in (
+        (view.only_in_candidate, "only in the candidate"),
+        (view.only_in_baseline, "only in the baseline"),
+    ):
+        if ids:
+            parts.append(f"{len(ids)} case{'' if len(ids) == 1 else 's'} {label}: {shown_ids(ids)}")
+    if not parts:
+        return []
+    return ["Cases not paired: " + "; ".join(parts) + "."]
+
+
+# ------------------------------------------------------------------ a release decision
+
+
+def describe_test(d: Mapping[str, Any]) -> str:
+    """`minimum 70.0%  [63.1%, 80.2%]`, `max-failures 0 (1 failed, 0 missing)`: a single-run decision's test."""
+    if d["test"] == MAX_FAILURES:
+        return f"max-failures {d['max_failures']} ({d['failures']} failed, {d['missing']} missing)"
+    iv = d["interval"]
+    at_worst = " with missing at worst" if iv.get("missing_at_worst") else ""
+    return (
+        f"{d['test']} {fmt_fraction(d['threshold'], d['kind'])}"
+        f"  {fmt_interval(d['kind'], iv['low'], iv['high'])}{at_worst}"
+    )
+
+
+def _run_decision_rows(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The single-run rows of a decisions table, each undecided one followed by its plan line."""
+    lines = []
+    for d in decisions:
+        lines.append(f"  {d['name']}  {d['criterion']}  {describe_test(d)}  {d['outcome']}  {d['reason']}")
+        if d.get("plan"):
+            lines.append(f"    {d['plan']}")
+    return lines
+
+
+def decision_lines(view: DecisionView | Mapping[str, Any], doc_id: str | None = None) -> list[str]:
+    """The decision (what `oloproof gate` and `oloproof inspect DECISION` print), from its view or from the
+    stored document and its id."""
+    if not isinstance(view, DecisionView):
+        assert doc_id is not None
+        view = DecisionView.of(view, doc_id)
+    n = len(view.decisions)
+    return [
+        f"Decision {view.doc_id} of {view.run_id} · {view.cases} cases · "
+        f"{n} single-run decision{'' if n == 1 else 's'} (no baseline)",
+        "Decisions",
+        *_run_decision_rows(view.decisions),
+        f"Gate: {view.gate} (exit {view.exit_code}) · blocks on {', '.join(view.block_on)}",
+    ]
+
+
+def gate_lines(gate: GateView | Any) -> list[str]:
+    """What the session's gate adds beneath the run's summary: the comparison or decision, or why there is none."""
+    view = gate if isinstance(gate, GateView) else GateView.of(gate)
+    if view.failure is not None:
+        what, message = view.failure
+        return [f"{what} not possible: {message}"]
+    if view.decision is not None:
+        return decision_lines(view.decision)
+    if view.comparison is not None:
+        return comparison_lines(view.comparison)
+    return []
+
+
+# ------------------------------------------------------------------ a plan
+
+
+def plan_lines(view: PlanView) -> list[str]:
+    """`oloproof plan`: each decision's outcome, and for an undecided one how many cases would decide it."""
+    what = (
+        f"run {view.ref} · {view.cases} cases"
+        if view.kind == "run"
+        else f"comparison {view.ref} · {view.cases} paired cases"
+    )
+    lines = [f"Plan for {what} · {view.policy}"]
+    for r in view.rows:
+        lines.append(f"  {r['name']}  {r['criterion']}  {r['outcome']}  {r['reason']}")
+        if r["plan"]:
+            lines.append(f"    {r['plan']}")
+    if not any(r["plan"] for r in view.rows):
+        lines.append("Every decision is decided: nothing to plan")
+    return lines
+
+
+# ------------------------------------------------------------------ a judge validation
+
+
+def judge_validation_lines(view: JudgeValidationView | Mapping[str, Any], doc_id: str | None = None) -> list[str]:
+    """`oloproof validate-judge` and `oloproof inspect VALIDATION`: agreement, kappa, the confusion table, verdict."""
+    if not isinstance(view, JudgeValidationView):
+        assert doc_id is not None
+        view = JudgeValidationView.of(view, doc_id)
+    acc, kappa = view.agreement, view.kappa
+
+    def num(v: Any) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
+    return [
+        f"Judge {view.judge['type']} ({view.judge['criterion']}) {view.judge['identity']}",
+        f"Labels: {view.n} examples, {view.judged} judged, {view.judge_failures} judge failures",
+        f"Agreement: {num(acc.get('accuracy'))} [{num(acc.get('low'))}, {num(acc.get('high'))}]",
+        f"Cohen's kappa: {num(kappa.get('value'))} [{num(kappa.get('low'))}, {num(kappa.get('high'))}]",
+        *confusion_lines(view.confusion),
+        f"Validation: {'PASSED' if view.passed else 'NOT PASSED'}"
+        + ("" if view.passed else " — " + "; ".join(view.reasons)),
+        f"Validation {view.doc_id}",
+    ]
+
+
+def confusion_lines(confusion: Mapping[str, Any] | None) -> list[str]:
+    """The judged examples as a 2x2 table: human label by judge verdict (failures are not in it)."""
+    if not confusion:
+        return []
+    cells = {k: int(v) for k, v in confusion.items()}
+    pp, pf = cells.get("human_pass_judge_pass", 0), cells.get("human_pass_judge_fail", 0)
+    fp, ff = cells.get("human_fail_judge_pass", 0), cells.get("human_fail_judge_fail", 0)
+    rows = [
+        ("", "judge pass", "judge fail", "total"),
+        ("human pass", str(pp), str(pf), str(pp + pf)),
+        ("human fail", str(fp), str(ff), str(fp + ff)),
+        ("total", str(pp + fp), str(pf + ff), str(pp + pf + fp + ff)),
+    ]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    body = [
+        "  " + r[0].ljust(widths[0]) + "".join("  " + c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True))
+        for r in rows
+    ]
+    return ["Confusion (human label × judge verdict, judged examples only):", *body]

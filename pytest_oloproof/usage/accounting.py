@@ -16,6 +16,8 @@ one entry with unknown tokens, so it is counted as a call of unknown usage.
 Cached entries keep the usage that produced them; a cache hit counts that usage
 as *saved*. Costs come only from the optional ``pricing:`` table (USD per million
 tokens, per model); without a price a cost is missing, never guessed.
+
+This module computes; the `Tokens:`, `Budget:` and cost lines that show the results are report/'s.
 """
 
 from __future__ import annotations
@@ -374,11 +376,7 @@ def case_cost(rec: Mapping[str, Any], pricing: Mapping[str, Any] | None, *, incl
     return total if pricing else None
 
 
-# ------------------------------------------------------------------ text
-
-
-def fmt_int(n: int) -> str:
-    return f"{n:,}"
+# ------------------------------------------------------------------ dollars (the budget message; report/ too)
 
 
 def fmt_cost(cost: float) -> str:
@@ -391,51 +389,6 @@ def fmt_cost(cost: float) -> str:
         return "<$0.000000001"
     digits = 1 - math.floor(math.log10(cost))  # two significant digits, never an exponent
     return f"${cost:.{digits}f}"
-
-
-def _source_text(name: str, s: Mapping[str, Any]) -> str:
-    calls = s["calls"]
-    head = f"{name} {fmt_int(calls)} call{'s' if calls != 1 else ''}"
-    if s["input_tokens"] is None:
-        return f"{head}, tokens unknown (not reported)"
-    text = f"{head}, {fmt_int(s['input_tokens'])} in / {fmt_int(s['output_tokens'])} out"
-    if s.get("cached_input_tokens"):
-        text += f" ({fmt_int(s['cached_input_tokens'])} cached in)"
-    if s["unknown_calls"]:
-        text += f" + {s['unknown_calls']} call(s) of unknown usage"
-    if s.get("cost") is not None:
-        text += f", ~{fmt_cost(s['cost'])}"
-    elif s.get("unpriced_models"):
-        text += f" (no price for {', '.join(s['unpriced_models'])})"
-    return text
-
-
-def tokens_line(usage: Mapping[str, Any] | None) -> str | None:
-    """`Tokens: judges …; system …; saved …` (None when the run reported no usage at all)."""
-    if not usage:
-        return None
-    parts = []
-    judges, system, saved = usage["judges"], usage["system"], usage["saved"]
-    parts.append(_source_text("judges", judges) if judges["calls"] else "judges 0 calls")
-    parts.append(_source_text("system", system) if system["calls"] else "system none reported")
-    if saved["calls"]:
-        what = []
-        if saved["judges"]["calls"]:
-            what.append(f"{fmt_int(saved['judges']['calls'])} judge call{'s' if saved['judges']['calls'] != 1 else ''}")
-        if saved["system"]["calls"]:
-            n = saved["system"]["calls"]
-            what.append(f"{fmt_int(n)} system call{'s' if n != 1 else ''}")
-        tokens = saved["tokens"]
-        what.append("tokens unknown" if tokens is None else f"{fmt_int(tokens)} tokens")
-        if saved["cost"] is not None:
-            what.append(f"~{fmt_cost(saved['cost'])}")
-        parts.append("saved " + ", ".join(what))
-    else:
-        parts.append("saved nothing")
-    line = "Tokens: " + "; ".join(parts)
-    if not usage.get("priced"):
-        line += " (no pricing: table, cost not computed)"
-    return line
 
 
 # ------------------------------------------------------------------ the budget guard
@@ -591,25 +544,6 @@ def budget_summary(cases: Iterable[Mapping[str, Any]], settings: Mapping[str, An
     }
 
 
-def budget_line(budget: Mapping[str, Any] | None) -> str | None:
-    if not budget or not budget.get("exhausted"):
-        return None
-    limits = []
-    if budget.get("max_judge_calls") is not None:
-        limits.append(f"max_judge_calls {budget['max_judge_calls']}")
-    if budget.get("max_cost") is not None:
-        limits.append(f"max_cost ~{fmt_cost(float(budget['max_cost']))}")
-    parts = []
-    if budget["cases_not_judged"]:
-        parts.append(f"{len(budget['cases_not_judged'])} case(s) not fully judged")
-    if budget["cases_not_executed"]:
-        parts.append(f"{len(budget['cases_not_executed'])} case(s) not executed")
-    return (
-        f"Budget: the budget ({', '.join(limits)}) stopped the run: {', '.join(parts)}; "
-        f"{budget['criteria_missing']} criterion value(s) missing ({BUDGET_EXHAUSTED})"
-    )
-
-
 # ------------------------------------------------------------------ comparisons and diagnoses
 
 
@@ -668,37 +602,6 @@ def compare_costs(candidate: Mapping[str, Any], baseline: Mapping[str, Any]) -> 
 
 def _diff(a: float | int | None, b: float | int | None) -> float | int | None:
     return None if a is None or b is None else a - b
-
-
-def _signed_cost(x: float) -> str:
-    return ("+" if x >= 0 else "-") + fmt_cost(abs(x))
-
-
-def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
-    """The comparison's cost line: totals over the paired cases and the difference per case."""
-    if not cost or not cost.get("paired"):
-        return []
-    c, b, d, per = cost["candidate"], cost["baseline"], cost["difference"], cost["difference_per_case"]
-    if d["cost"] is not None:
-        return [
-            f"Cost of the {cost['paired']} paired cases (cache hits at their recorded cost): "
-            f"candidate ~{fmt_cost(c['cost'])}, baseline ~{fmt_cost(b['cost'])}, "
-            f"difference {_signed_cost(d['cost'])} ({_signed_cost(per['cost'])} per case)"
-        ]
-    if d["tokens"] is not None:
-        return [
-            f"Tokens of the {cost['paired']} paired cases (cost not computed: no pricing: table or an unpriced "
-            f"model): candidate {fmt_int(c['tokens'])}, baseline {fmt_int(b['tokens'])}, "
-            f"difference {d['tokens']:+,} ({per['tokens']:+,.1f} per case)"
-        ]
-    return [f"Cost of the {cost['paired']} paired cases: unknown (a provider did not report usage)"]
-
-
-def child_runs_line(cases: Iterable[Mapping[str, Any]], pricing: Mapping[str, Any] | None) -> str | None:
-    """What a diagnosis's re-execution spent (its child runs' usage), as a `Re-execution tokens:` line."""
-    summary = summarize(cases, pricing)
-    line = tokens_line(summary)
-    return None if line is None else "Re-execution tokens:" + line.removeprefix("Tokens:")
 
 
 def price_case(rec: dict[str, Any], pricing: Mapping[str, Any] | None) -> None:

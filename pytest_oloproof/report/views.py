@@ -1,0 +1,375 @@
+"""The view model: a run, a case, a diagnosis, a comparison, a release decision and usage, as every renderer
+reads them.
+
+Each view is built once from a stored record or a computed result (`RunView.of(record)`,
+`ComparisonView.of(doc, doc_id)`…) and holds data only: numbers, ids, reasons, the rows a
+table shows. The terminal text (text.py), the Markdown step summary (markdown.py), the JUnit
+properties (junit.py) and the HTML page (model.py) lay out the same views, so no renderer
+reads a record the others do not, and none says what the others do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pytest_oloproof.diagnose.labels import REPLAYS, all_missing
+from pytest_oloproof.records.access import asserting
+
+if TYPE_CHECKING:
+    from pytest_oloproof.diagnose.diagnosis import Result
+
+# ------------------------------------------------------------------ usage
+
+
+@dataclass(frozen=True)
+class UsageView:
+    """What was spent and saved (a usage summary: judges, system, saved), and the budget that stopped a run."""
+
+    summary: Mapping[str, Any] | None
+    budget: Mapping[str, Any] | None = None
+    #: child runs of a diagnosis no longer in the store, so not counted in `summary`
+    absent_runs: int = 0
+
+    @classmethod
+    def of_run(cls, record: Mapping[str, Any]) -> UsageView:
+        return cls(record.get("usage"), record.get("budget"))
+
+    @property
+    def budget_stopped(self) -> bool:
+        return bool(self.budget and self.budget.get("exhausted"))
+
+
+# ------------------------------------------------------------------ a run and its cases
+
+
+@dataclass(frozen=True)
+class CaseView:
+    """One case of a run: its criterion values, what it spent, and its error."""
+
+    id: str
+    criteria: Mapping[str, Mapping[str, Any]]
+    relevant_position: int | None
+    context_truncated: bool
+    error: str | None
+    #: calls, tokens (None when unknown) and cost (None when unpriced) spent by the case
+    spent: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, case: Mapping[str, Any]) -> CaseView:
+        error = case.get("error")
+        return cls(
+            id=case["id"],
+            criteria=case.get("criteria") or {},
+            relevant_position=case.get("relevant_position"),
+            context_truncated=bool(case.get("context_truncated")),
+            error=error["message"] if error else None,
+            spent=(((case.get("usage") or {}).get("totals")) or {}).get("spent") or {},
+        )
+
+
+@dataclass(frozen=True)
+class FailedCase:
+    """A case whose pytest item failed: asserting criteria below 1 or missing, or a system error."""
+
+    id: str
+    #: the failing criteria (`name`, or `name missing (reason)`), or `system error in STAGE: message`
+    what: list[str]
+
+
+def failed_cases(record: Mapping[str, Any]) -> list[FailedCase]:
+    """The failed cases of a run record, in the record's order."""
+    out: list[FailedCase] = []
+    for case in record.get("cases") or []:
+        error = case.get("error")
+        if error:
+            stage = error.get("stage")
+            out.append(
+                FailedCase(case["id"], [f"system error{' in ' + stage if stage else ''}: {error.get('message', '')}"])
+            )
+            continue
+        what = []
+        criteria = case.get("criteria") or {}
+        for name in asserting(record):
+            c = criteria.get(name)
+            if not c:
+                continue
+            if c.get("status") == "observed" and c.get("value") is not None and c["value"] < 1.0:
+                what.append(name)
+            elif c.get("status") == "missing":
+                what.append(f"{name} missing ({c.get('reason')})")
+        if what:
+            out.append(FailedCase(case["id"], what))
+    return out
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run: metrics with their accounting, caches, usage, slices, errors and failed cases."""
+
+    run_id: str
+    status: str | None
+    system_name: Any
+    confidence: float
+    metrics: Mapping[str, Mapping[str, Any]]
+    #: hit/miss counts per cache (absent in a record that holds only its start header)
+    cache: Mapping[str, Mapping[str, int]] | None
+    cache_misses: Mapping[str, Any] | None
+    usage: UsageView
+    slices: Sequence[Mapping[str, Any]]
+    min_slice_support: int
+    case_count: int
+    #: cases missing for every criterion because the system raised (not counting budget-stopped ones)
+    system_errors: int
+    #: cases missing for every criterion because of an error inside Oloproof
+    internal_errors: int
+    note: str | None
+    record: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> RunView:
+        counts = record.get("counts") or {}
+        internal = counts.get("internal_errors", 0)
+        errors = counts.get("errors", 0) - internal
+        errors -= len((record.get("budget") or {}).get("cases_not_executed") or [])  # told by the Budget: line
+        return cls(
+            run_id=record.get("run_id"),  # type: ignore[arg-type]
+            status=record.get("status"),
+            system_name=(record.get("system") or {}).get("name"),
+            confidence=float(record.get("confidence", 0.95)),
+            metrics=record.get("metrics") or {},
+            cache=record.get("cache"),
+            cache_misses=record.get("cache_misses"),
+            usage=UsageView.of_run(record),
+            slices=record.get("slices") or [],
+            min_slice_support=int(record.get("min_slice_support", 5)),
+            case_count=len(record.get("cases") or []),
+            system_errors=errors,
+            internal_errors=internal,
+            note=record.get("note"),
+            record=record,
+        )
+
+    @property
+    def cases(self) -> list[CaseView]:
+        return [CaseView.of(c) for c in self.record.get("cases") or []]
+
+    @property
+    def failed(self) -> list[FailedCase]:
+        return failed_cases(self.record)
+
+
+# ------------------------------------------------------------------ a diagnosis
+
+
+@dataclass(frozen=True)
+class DiagnosisView:
+    """A diagnosis document (gold context, or a top-k / reranker replay) and what its re-execution spent."""
+
+    #: the id shown: None when nothing was diagnosed or the document is not stored
+    doc_id: str | None
+    run_id: Any
+    criterion: Any
+    system: Mapping[str, Any]
+    intervention: Mapping[str, Any]
+    replay: bool
+    counts: Mapping[str, Any]
+    missing: Mapping[str, Mapping[str, Any]]
+    cases: Sequence[Mapping[str, Any]]
+    undiagnosable: Sequence[Any]
+    implicated: Sequence[Mapping[str, Any]]
+    candidate_experiments: Sequence[Mapping[str, Any]]
+    child_runs: Mapping[str, Any]
+    gold_context_diagnosis: Any
+    measured_nothing: bool
+    reexecution: UsageView | None = None
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any], doc_id: str | None, reexecution: UsageView | None = None) -> DiagnosisView:
+        return cls(
+            doc_id=doc_id,
+            run_id=doc.get("run_id"),
+            criterion=doc.get("criterion"),
+            system=doc.get("system") or {},
+            intervention=doc["intervention"],
+            replay=doc["intervention"]["name"] in REPLAYS,
+            counts=doc["counts"],
+            missing=doc.get("missing") or {},
+            cases=doc.get("cases") or [],
+            undiagnosable=doc.get("undiagnosable") or [],
+            implicated=doc.get("implicated") or [],
+            candidate_experiments=doc.get("candidate_experiments") or [],
+            child_runs=doc.get("child_runs") or {},
+            gold_context_diagnosis=doc.get("gold_context_diagnosis"),
+            measured_nothing=all_missing(doc),
+            reexecution=reexecution,
+        )
+
+    @classmethod
+    def of_result(cls, result: Result) -> DiagnosisView:
+        """A diagnosis just run: a replay interrupted before it was stored is shown as not stored."""
+        doc_id = result.doc_id
+        if doc_id is None and result.doc["intervention"]["name"] in REPLAYS:
+            doc_id = "(not stored: interrupted)"
+        return cls.of(result.doc, doc_id, UsageView(result.usage))
+
+
+# ------------------------------------------------------------------ a comparison and a release decision
+
+
+@dataclass(frozen=True)
+class ComparisonView:
+    """Two runs compared: paired differences per criterion, the cases not paired, cost, slices, decisions, gate."""
+
+    doc_id: str
+    candidate_id: Any
+    baseline_id: Any
+    paired_cases: int
+    warnings: Sequence[str]
+    criteria: Mapping[str, Mapping[str, Any]]
+    sample_size_notes: Sequence[str]
+    cost: Mapping[str, Any] | None
+    slices: Sequence[Mapping[str, Any]]
+    min_slice_support: Any
+    #: case id -> what changed ("input", "expected") between the runs
+    changed: Mapping[str, Sequence[str]]
+    only_in_candidate: Sequence[str]
+    only_in_baseline: Sequence[str]
+    has_policy: bool
+    decisions: Sequence[Mapping[str, Any]]
+    gate: str | None
+    gate_reason: str | None
+    exit_code: int
+    doc: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any], doc_id: str) -> ComparisonView:
+        sets = doc.get("case_sets") or {}
+        return cls(
+            doc_id=doc_id,
+            candidate_id=doc["candidate"]["run_id"],
+            baseline_id=doc["baseline"]["run_id"],
+            paired_cases=doc["paired_cases"],
+            warnings=doc.get("warnings") or [],
+            criteria=doc["criteria"],
+            sample_size_notes=doc.get("sample_size_notes") or [],
+            cost=doc.get("cost"),
+            slices=doc.get("slices") or [],
+            min_slice_support=doc.get("min_slice_support"),
+            changed=sets.get("changed") or {},
+            only_in_candidate=sets.get("only_in_candidate") or [],
+            only_in_baseline=sets.get("only_in_baseline") or [],
+            has_policy=doc.get("policy") is not None,
+            decisions=doc.get("decisions") or [],
+            gate=doc.get("gate"),
+            gate_reason=doc.get("gate_reason"),
+            exit_code=doc.get("exit_code"),  # type: ignore[arg-type]
+            doc=doc,
+        )
+
+    @property
+    def mixed_scopes(self) -> bool:
+        """Whether the policy decided some criteria on the candidate alone besides those against the baseline."""
+        return any(d.get("scope") == "run" for d in self.decisions)
+
+
+@dataclass(frozen=True)
+class DecisionView:
+    """One run decided alone by a release policy's single-run decisions (no baseline)."""
+
+    doc_id: str
+    run_id: Any
+    cases: int
+    decisions: Sequence[Mapping[str, Any]]
+    gate: str
+    exit_code: int
+    block_on: Sequence[str]
+
+    @classmethod
+    def of(cls, doc: Mapping[str, Any], doc_id: str) -> DecisionView:
+        return cls(
+            doc_id=doc_id,
+            run_id=doc["run"]["run_id"],
+            cases=doc["run"]["cases"],
+            decisions=doc["decisions"],
+            gate=doc["gate"],
+            exit_code=doc["exit_code"],
+            block_on=list((doc.get("policy") or {}).get("block_on") or []),
+        )
+
+
+@dataclass(frozen=True)
+class GateView:
+    """What the pytest session's gate (`--oloproof-baseline` / `--oloproof-policy`) decided, or why it could not."""
+
+    comparison: ComparisonView | None = None
+    decision: DecisionView | None = None
+    #: "Comparison" or "Decision" with the error that prevented it
+    failure: tuple[str, str] | None = None
+
+    @classmethod
+    def of(cls, gate: Any) -> GateView:
+        """From a `compare.comparison.SessionGate` after `apply`."""
+        if gate.failure is not None:
+            what, exc = gate.failure
+            return cls(failure=(what, str(exc)))
+        if gate.decision is not None:
+            return cls(decision=DecisionView.of(gate.decision[1], gate.decision[0]))
+        if gate.comparison is not None:
+            return cls(comparison=ComparisonView.of(gate.comparison[1], gate.comparison[0]))
+        return cls()
+
+
+@dataclass(frozen=True)
+class PlanView:
+    """How many cases would decide each undecided decision of a policy (`oloproof plan`); stores nothing."""
+
+    #: "run" (single-run decisions) or "comparison"
+    kind: str
+    #: the run's id, or the comparison's
+    ref: Any
+    #: the run's cases, or the comparison's paired cases
+    cases: int
+    policy: str
+    #: each decision's name, criterion, test, outcome, reason and plan line (None when decided)
+    rows: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, kind: str, ref: str, doc: Mapping[str, Any], policy: str) -> PlanView:
+        """From a decision document (`kind` "run") or a comparison document recomputed under the policy."""
+        run_id, cases = (doc["run"]["run_id"], doc["run"]["cases"]) if kind == "run" else (ref, doc["paired_cases"])
+        keys = ("name", "criterion", "test", "outcome", "reason", "plan")
+        return cls(kind, run_id, cases, policy, [{k: d.get(k) for k in keys} for d in doc["decisions"]])
+
+
+@dataclass(frozen=True)
+class JudgeValidationView:
+    """A judge measured against human labels (`oloproof validate-judge`): agreement, kappa, the confusion table."""
+
+    doc_id: str
+    judge: Mapping[str, Any]
+    n: int
+    judged: int
+    judge_failures: int
+    agreement: Mapping[str, Any]
+    kappa: Mapping[str, Any]
+    #: human label × judge verdict counts of the judged examples (None when there are none)
+    confusion: Mapping[str, Any] | None
+    passed: bool
+    reasons: Sequence[str]
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], doc_id: str) -> JudgeValidationView:
+        return cls(
+            doc_id=doc_id,
+            judge=record["judge"],
+            n=record["n"],
+            judged=record["judged"],
+            judge_failures=record["judge_failures"],
+            agreement=record["agreement"],
+            kappa=record["kappa"],
+            confusion=record.get("confusion"),
+            passed=bool(record["passed"]),
+            reasons=record.get("reasons") or [],
+        )
