@@ -2,6 +2,19 @@
 
 from __future__ import annotations
 
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """The exit codes of `oloproof` and of a pytest session run with --oloproof: the one table of them."""
+
+    OK = 0
+    FAILED = 1  # failed cases
+    USAGE = 2  # usage or configuration error, an interruption
+    BLOCK = 3  # the release gate decided BLOCK
+    INTERNAL = 4  # an internal error
+    NO_TESTS = 5  # pytest collected no case
+
 
 class OloproofError(Exception):
     """Base class for errors Oloproof reports to the user."""

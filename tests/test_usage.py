@@ -663,7 +663,7 @@ def answer(input):
 
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_retried_case_keeps_what_every_attempt_spent(tmp_path: Path, use_async: bool) -> None:
-    from pytest_oloproof.session import Evaluation
+    from pytest_oloproof.engine.setup import RunSetup
 
     module = f"usage_retried_{int(use_async)}"
     (tmp_path / f"{module}.py").write_text(RETRIED)
@@ -671,7 +671,7 @@ def test_a_retried_case_keeps_what_every_attempt_spent(tmp_path: Path, use_async
     (tmp_path / "oloproof.yaml").write_text(
         f"system:\n  object: {module}:answer\ncases: cases.jsonl\nretries: 1\nstore: .store\n"
     )
-    ev = Evaluation.load(tmp_path / "oloproof.yaml")
+    ev = RunSetup.load(tmp_path / "oloproof.yaml")
     ev.engine.backoff_s = 0.0
     try:
         case = ev.cases[0]

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from pytest_oloproof.engine.recorder import RunRecorder
+from pytest_oloproof.engine.setup import RunSetup, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
 from pytest_oloproof.errors import OloproofError, StoreError
 from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of
 from pytest_oloproof.records.cases import Case
-from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.system.declare import load_object
 from pytest_oloproof.usage import accounting as usage
 
@@ -547,7 +548,7 @@ _GOLD_KEYS = ("id", "label", "reason", "strength", "best_relevant_position", "or
 class Diagnoser:
     """One diagnosis of one run: validated on construction (raises DiagnosisError, writes nothing)."""
 
-    ev: Evaluation
+    ev: RunSetup
     request: Request
     warn: Callable[[str], None] = field(default=lambda message: None)
 
