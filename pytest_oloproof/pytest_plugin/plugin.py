@@ -24,6 +24,7 @@ from .options import add_options, progress_interval, session_options
 if TYPE_CHECKING:
     from pytest_oloproof.evaluators.base import Evaluator
     from pytest_oloproof.evaluators.registry import Registry
+    from pytest_oloproof.session.run import Comparison, Decision
     from pytest_oloproof.store.files import Store
 
 PLUGIN_NAME = "oloproof-session"
@@ -288,7 +289,9 @@ class OloproofPlugin:
         with open(path, "a", encoding="utf-8") as f:
             f.write(redact(markdown_summary(record)))
 
-    def write_run_page(self, path: Path, record: dict[str, Any], store: Store, comparison: Any, decision: Any) -> None:
+    def write_run_page(
+        self, path: Path, record: dict[str, Any], store: Store, comparison: Comparison | None, decision: Decision | None
+    ) -> None:
         from pytest_oloproof.report.html import run_page, write_page
 
         write_page(path, run_page(record, store, comparison, decision))

@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,6 +37,10 @@ if TYPE_CHECKING:  # the core loads when a run is asked for, not whenever a face
     from pytest_oloproof.records.cases import Case
     from pytest_oloproof.store.files import Store
 
+#: a comparison the session made: its id, document and the baseline's record
+Comparison = tuple[str, Mapping[str, Any], Mapping[str, Any] | None]
+#: a decision of the run alone: its id and document
+Decision = tuple[str, Mapping[str, Any]]
 #: the name the session is registered under in pytest's plugin manager, where `oloproof run` reads its outcome
 SESSION_PLUGIN_NAME = "oloproof-run"
 #: A long session (this many case items or more) freezes the collector's view of what collection built.
@@ -107,7 +111,9 @@ class Face(Protocol):
     def step_summary(self, record: dict[str, Any], path: str) -> None:
         """Append the run's Markdown summary to `path` (GITHUB_STEP_SUMMARY)."""
 
-    def write_run_page(self, path: Path, record: dict[str, Any], store: Store, comparison: Any, decision: Any) -> None:
+    def write_run_page(
+        self, path: Path, record: dict[str, Any], store: Store, comparison: Comparison | None, decision: Decision | None
+    ) -> None:
         """The run's HTML page (raises OSError)."""
 
     def write_diagnosis_page(self, path: Path, doc: dict[str, Any], doc_id: str) -> None:
@@ -707,7 +713,7 @@ class RunSession:
         # the record holds slim case summaries; the page shows every full case, read back from the store
         record = {**record, "cases": list(self.recorder.store.iter_cases(self.recorder.run_id))}
         gate = self.gate
-        comparison = None
+        comparison: Comparison | None = None
         if gate is not None and gate.comparison is not None:
             comparison = (*gate.comparison, gate.baseline)
         decision = gate.decision if gate is not None else None
