@@ -18,6 +18,7 @@ from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.base import ContextPassage, EvalInput
 from pytest_oloproof.evaluators.judges import GroundednessJudge
 from pytest_oloproof.evaluators.providers import OpenAIProvider
+from pytest_oloproof.store import summary as usage_totals
 from pytest_oloproof.store.files import Store
 from pytest_oloproof.usage import accounting as usage
 from tests.judge_server import Recorded, Reply, ScriptedServer, openai_usage
@@ -95,7 +96,7 @@ def test_pricing_arithmetic() -> None:
     assert usage.entry_cost(g, PRICING) == pytest.approx((1000 * 0.15 + 200 * 0.6) / 1e6, abs=1e-15)
     assert usage.entry_cost({**e, "model": "other"}, PRICING) is None  # never a guessed price
     partly: dict[str, list[int]] = {}
-    usage._tally_into(partly, [e, {**e, "model": "other"}])
+    usage_totals._tally_into(partly, [e, {**e, "model": "other"}])
     summary = usage.source_summary(partly, PRICING)
     assert (summary["cost"], summary["cost_missing"], summary["unpriced_models"]) == (None, "unpriced_model", ["other"])
     assert summary["models"]["judge-m"]["cost"] == pytest.approx(0.004, abs=1e-12)
@@ -106,7 +107,7 @@ def test_pricing_arithmetic() -> None:
     assert usage.entry_cost({**e, "input_tokens": None}, PRICING) is None
     assert usage.entry_cost(e, None) is None
     tally: dict[str, list[int]] = {}
-    usage._tally_into(tally, [e, e, g])
+    usage_totals._tally_into(tally, [e, e, g])
     s = usage.source_summary(tally, PRICING)
     assert (s["calls"], s["input_tokens"], s["output_tokens"], s["cached_input_tokens"]) == (3, 3000, 600, 1200)
     assert s["cost"] == pytest.approx(0.008 + (1000 * 0.15 + 200 * 0.6) / 1e6, abs=1e-12)
@@ -116,7 +117,7 @@ def test_pricing_arithmetic() -> None:
 
 def test_unknown_usage_is_never_zero() -> None:
     tally: dict[str, list[int]] = {}
-    usage._tally_into(tally, [usage.make_entry("judge-m"), usage.make_entry("judge-m")])
+    usage_totals._tally_into(tally, [usage.make_entry("judge-m"), usage.make_entry("judge-m")])
     s = usage.source_summary(tally, PRICING)
     assert (s["calls"], s["input_tokens"], s["output_tokens"], s["cost"]) == (2, None, None, None)
     assert s["cost_missing"] == "usage_unknown"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import pytest
 
@@ -77,7 +77,8 @@ def oloproof_judge_provider() -> Any:
     return None
 
 
-def _cannot_start(exc: CannotStart) -> None:
+def _cannot_start(exc: CannotStart) -> NoReturn:
+    """Exit 2 before any (further) case runs, saying why."""
     pytest.exit(redact(str(exc)), returncode=ExitCode.USAGE)
 
 
