@@ -13,7 +13,7 @@ from . import core as cli
 if TYPE_CHECKING:
     from pytest_oloproof.engine.setup import RunSetup
 
-# diagnose.py (and scipy behind the runner) is imported only when a diagnosis runs, so that
+# diagnose/ (and scipy behind the run recorder) is imported only when a diagnosis runs, so that
 # registering the subcommand keeps every other `oloproof` command quick to start
 INTERVENTIONS = ("gold-context", "top-k", "reranker")
 
