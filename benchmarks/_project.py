@@ -73,12 +73,12 @@ _OFF = {x.strip() for x in os.environ.get("OLOPROOF_BENCH_OFF", "").split(",") i
 _REPORT_TIMES = os.environ.get("OLOPROOF_BENCH_REPORT_TIMES")
 
 if "gc" in _OFF or "long" in _OFF:
-    import pytest_oloproof.pytest_plugin.plugin as _plugin
+    import pytest_oloproof.session.run as _plugin
 
     _plugin.LONG_SESSION_MIN_ITEMS = 10**12
 
 if _REPORT_TIMES:
-    import pytest_oloproof.session as _runner
+    import pytest_oloproof.engine.recorder as _runner
 
     _write_report = _runner.RunRecorder.write_report
 

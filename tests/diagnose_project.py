@@ -170,9 +170,10 @@ class Project:
 
     def run(self, config: str = "oloproof.yaml", status: str = "complete") -> str:
         """Record a run through the core (no pytest), returning its id."""
-        from pytest_oloproof.session import Evaluation, RunRecorder, run_cases
+        from pytest_oloproof.engine.recorder import RunRecorder, run_cases
+        from pytest_oloproof.engine.setup import RunSetup
 
-        ev = Evaluation.load(self.root / config)
+        ev = RunSetup.load(self.root / config)
         try:
             recorder = RunRecorder(ev.store, ev.header(cache_mode=ev.caches.mode))
             run_cases(ev, ev.cases, recorder)

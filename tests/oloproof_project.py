@@ -44,7 +44,7 @@ class Mini:
 PROBE_CONFTEST = """
 import gc, json
 
-import pytest_oloproof.pytest_plugin.plugin as plugin
+import pytest_oloproof.session.run as plugin
 
 plugin.LONG_SESSION_MIN_ITEMS = {min_items}
 _seen = {{}}

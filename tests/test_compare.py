@@ -14,12 +14,12 @@ import pytest
 
 from pytest_oloproof import cli
 from pytest_oloproof.compare.comparison import ComparisonError, judge_gate, load_run, run_comparison
+from pytest_oloproof.engine.recorder import RunRecorder
 from pytest_oloproof.errors import StoreError
 from pytest_oloproof.evaluate.judge_validation import judge_identity
 from pytest_oloproof.evaluators.base import CriterionValue, EvalInput, Evaluator
 from pytest_oloproof.records.identity import sha256_of
 from pytest_oloproof.report.text import comparison_lines as render
-from pytest_oloproof.session import RunRecorder
 from pytest_oloproof.stats import intervals as stats
 from pytest_oloproof.store.files import Store
 

@@ -17,8 +17,8 @@ from staged_helpers import (
 )
 
 from pytest_oloproof.config.settings import find_config, load_config
+from pytest_oloproof.engine.setup import RunSetup
 from pytest_oloproof.errors import ConfigError
-from pytest_oloproof.session import Evaluation
 
 BASE = """system:
   name: s
@@ -127,7 +127,7 @@ def test_config_error_message(tmp_path: Path, name: str) -> None:
     module = write_project(tmp_path, name)
     path = (tmp_path / "oloproof.yaml").resolve()
     with pytest.raises(ConfigError) as info:
-        Evaluation.load(path)
+        RunSetup.load(path)
     assert str(info.value) == expected_message(path, module, name)
 
 
@@ -261,7 +261,7 @@ def test_module_that_fails_on_import_is_a_config_error_with_its_traceback(tmp_pa
     (tmp_path / "cases.jsonl").write_text(cases_text([case("c1")]))
     (tmp_path / "oloproof.yaml").write_text(config_text(module, attr="answer", plain=True))
     with pytest.raises(ConfigError) as info:
-        Evaluation.load(tmp_path / "oloproof.yaml")
+        RunSetup.load(tmp_path / "oloproof.yaml")
     msg = str(info.value)
     assert msg.startswith(
         f"{(tmp_path / 'oloproof.yaml').resolve()}:3: "
@@ -284,7 +284,7 @@ def test_an_empty_system_name_from_a_variable_is_an_error_not_a_default(
     cfg = config_text(module, attr="answer" if plain else "System", plain=plain, name="${OLOPROOF_TEST_EMPTY:-}")
     (tmp_path / "oloproof.yaml").write_text(cfg, encoding="utf-8")
     with pytest.raises(ConfigError, match=r"oloproof.yaml:2: system.name: expected a non-empty name, got ''"):
-        Evaluation.load(tmp_path / "oloproof.yaml")
+        RunSetup.load(tmp_path / "oloproof.yaml")
 
 
 def test_an_empty_decorator_name_is_an_error_unless_the_file_names_the_system(tmp_path: Path) -> None:
@@ -294,13 +294,13 @@ def test_an_empty_decorator_name_is_an_error_unless_the_file_names_the_system(tm
     path = tmp_path / "oloproof.yaml"
     path.write_text(config_text(module).replace("  name: sys\n", ""), encoding="utf-8")
     with pytest.raises(ConfigError) as info:
-        Evaluation.load(path)
+        RunSetup.load(path)
     assert str(info.value) == (
         f"{path.resolve()}:3: @rag_system on {module}:System: name='': expected a non-empty name "
         "(fix the decorator or set it in oloproof.yaml)"
     )
     path.write_text(config_text(module, name="named-here"), encoding="utf-8")  # the file wins over the decorator
-    ev = Evaluation.load(path)
+    ev = RunSetup.load(path)
     try:
         assert ev.system.config["name"] == "named-here"
     finally:

@@ -1,7 +1,7 @@
 """Issue 12 §4: every configuration mistake is an error naming the file, the line and the key path.
 
 A table of broken oloproof.yaml files, each loaded the way a run loads it
-(`Evaluation.load`: config, system, evaluators, case files). Each message must
+(`RunSetup.load`: config, system, evaluators, case files). Each message must
 hold `<file>:<line>:` with the line the mistake is on, followed by the key path.
 """
 
@@ -17,8 +17,8 @@ import pytest
 from staged_helpers import RAG_SOURCE, case, cases_text, unique_module
 
 from pytest_oloproof.config.settings import load_config
+from pytest_oloproof.engine.setup import RunSetup
 from pytest_oloproof.errors import OloproofError
-from pytest_oloproof.session import Evaluation
 
 BASE = """system:
   name: s
@@ -264,7 +264,7 @@ def test_every_config_error_names_file_line_and_key_path(
     bad = TABLE[name]
     path, text = write(tmp_path, bad)
     with pytest.raises(OloproofError) as info:
-        Evaluation.load(path)
+        RunSetup.load(path)
     message = str(info.value)
     line = expected_line(text, bad)
     located = re.compile(rf"^\s*{re.escape(str(path))}:{line}(:\d+)?: {re.escape(bad.key)}: ")

@@ -10,8 +10,8 @@ import pytest
 
 from pytest_oloproof import cli
 from pytest_oloproof.diagnose.diagnosis import Diagnoser, DiagnosisError, Request, implicated
+from pytest_oloproof.engine.setup import RunSetup
 from pytest_oloproof.report.text import diagnosis_lines as render
-from pytest_oloproof.session import Evaluation
 from tests.diagnose_project import EXPECTED_LABELS, Project, finished
 
 HYPOTHESIS = "This is a hypothesis to test, not an established cause."
@@ -23,7 +23,7 @@ def project(tmp_path: Path) -> Project:
 
 
 def diagnoser(project: Project, request: Request) -> Diagnoser:
-    ev = Evaluation.load(project.root / "oloproof.yaml", load_case_files=False)
+    ev = RunSetup.load(project.root / "oloproof.yaml", load_case_files=False)
     return Diagnoser(ev, request)
 
 

@@ -247,7 +247,7 @@ def test_a_second_ctrl_c_while_the_completed_cases_are_judged_still_records_them
 CTRL_C_IN_RECORD_CONFTEST = """
 import os, signal
 from pathlib import Path
-import pytest_oloproof.session as runner
+import pytest_oloproof.engine.recorder as runner
 
 _original = runner.RunRecorder.add
 HERE = Path(__file__).parent

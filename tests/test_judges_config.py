@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from pytest_oloproof.engine.setup import RunSetup
 from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.judges import CitationSupportJudge, GroundednessJudge
 from pytest_oloproof.evaluators.registry import _options_of
-from pytest_oloproof.session import Evaluation
 from tests.judge_server import Recorded, Reply, ScriptedServer
 
 SYSTEM = """
@@ -95,7 +95,7 @@ def test_full_openai_settings_build_for_both_judges(
         f"  - {{type: {judge}, provider: openai, model: m, base_url: 'http://127.0.0.1:9/v1', api_key_env: K, "
         "temperature: 0.2, concurrency: 3, timeout_s: 7.5, retries: 1, prompt: p.txt}\n",
     )
-    ev = Evaluation.load(path, load_case_files=False)
+    ev = RunSetup.load(path, load_case_files=False)
     built = ev.evaluators[1]
     assert built.type == judge
     identity = built.settings()["provider"]
@@ -114,7 +114,7 @@ def test_full_openai_settings_build_for_both_judges(
 def _error(tmp_path: Path, line: str) -> str:
     path = _write(tmp_path, "cfg_err", line)
     with pytest.raises(ConfigError) as info:
-        Evaluation.load(path, load_case_files=False)
+        RunSetup.load(path, load_case_files=False)
     return str(info.value)
 
 

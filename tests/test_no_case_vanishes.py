@@ -20,9 +20,9 @@ import pytest
 
 from pytest_oloproof import Passage, Retrieval
 from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.engine.recorder import RunRecorder
 from pytest_oloproof.engine.stages import Engine, ResolvedSystem, RunGate, _Gate, cancel_task
 from pytest_oloproof.records.identity import execution_key
-from pytest_oloproof.session import RunRecorder
 from pytest_oloproof.store.files import Store
 from tests.test_scale import SYSCONF, ScriptedSystem, make_case, make_engine
 

@@ -309,7 +309,7 @@ def test_plan_of_a_comparison(store: Store, tmp_path: Path) -> None:
 
 def test_latest_skips_diagnosis_child_runs(store: Store) -> None:
     parent = rate_run(store, 3, 1)
-    from pytest_oloproof.session import RunRecorder
+    from pytest_oloproof.engine.recorder import RunRecorder
 
     head = store.run_header(parent)
     keep = ("system", "evaluators", "slices", "min_slice_support", "confidence", "seed")

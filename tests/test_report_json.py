@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from pytest_oloproof.engine.recorder import RunRecorder
 from pytest_oloproof.records import redaction
-from pytest_oloproof.session import RunRecorder
 from pytest_oloproof.store.files import Store, write_json_stream
 
 SECRET = "sk-report-4f9Qa7ZtLm"

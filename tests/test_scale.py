@@ -18,8 +18,8 @@ from pytest_oloproof.engine.prefetch import Prefetcher, Progress, ProgressDispla
 from pytest_oloproof.engine.stages import Engine, ResolvedSystem, _Gate
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.identity import execution_key, retrieve_key
-from pytest_oloproof.session import slim_case
 from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
+from pytest_oloproof.store.summary import slim_case
 
 # ------------------------------------------------------------------ engine-level helpers
 

@@ -190,7 +190,7 @@ def _case_record(cid: str, value: float) -> dict[str, object]:
 
 def test_an_interrupted_run_counts_the_cases_its_file_holds(tmp_path: Path) -> None:
     """Ctrl-C between writing a case's line and noting it in memory: the record follows the file."""
-    from pytest_oloproof.session import RunRecorder
+    from pytest_oloproof.engine.recorder import RunRecorder
 
     store = Store(tmp_path / ".oloproof")
     header = {"evaluators": [{"criterion": "ok", "kind": "rate"}], "slices": [], "confidence": 0.95, "seed": 0}

@@ -19,6 +19,7 @@ from pytest_oloproof.evaluators.base import ContextPassage, EvalInput
 from pytest_oloproof.evaluators.judges import GroundednessJudge
 from pytest_oloproof.evaluators.providers import OpenAIProvider
 from pytest_oloproof.report.text import _source_text, tokens_line
+from pytest_oloproof.store import summary as usage_totals
 from pytest_oloproof.store.files import Store
 from pytest_oloproof.usage import accounting as usage
 from tests.judge_server import Recorded, Reply, ScriptedServer, openai_usage
@@ -96,7 +97,7 @@ def test_pricing_arithmetic() -> None:
     assert usage.entry_cost(g, PRICING) == pytest.approx((1000 * 0.15 + 200 * 0.6) / 1e6, abs=1e-15)
     assert usage.entry_cost({**e, "model": "other"}, PRICING) is None  # never a guessed price
     partly: dict[str, list[int]] = {}
-    usage._tally_into(partly, [e, {**e, "model": "other"}])
+    usage_totals._tally_into(partly, [e, {**e, "model": "other"}])
     summary = usage.source_summary(partly, PRICING)
     assert (summary["cost"], summary["cost_missing"], summary["unpriced_models"]) == (None, "unpriced_model", ["other"])
     assert summary["models"]["judge-m"]["cost"] == pytest.approx(0.004, abs=1e-12)
@@ -104,7 +105,7 @@ def test_pricing_arithmetic() -> None:
     assert usage.entry_cost({**e, "input_tokens": None}, PRICING) is None
     assert usage.entry_cost(e, None) is None
     tally: dict[str, list[int]] = {}
-    usage._tally_into(tally, [e, e, g])
+    usage_totals._tally_into(tally, [e, e, g])
     s = usage.source_summary(tally, PRICING)
     assert (s["calls"], s["input_tokens"], s["output_tokens"], s["cached_input_tokens"]) == (3, 3000, 600, 1200)
     assert s["cost"] == pytest.approx(0.008 + (1000 * 0.15 + 200 * 0.6) / 1e6, abs=1e-12)
@@ -114,7 +115,7 @@ def test_pricing_arithmetic() -> None:
 
 def test_unknown_usage_is_never_zero() -> None:
     tally: dict[str, list[int]] = {}
-    usage._tally_into(tally, [usage.make_entry("judge-m"), usage.make_entry("judge-m")])
+    usage_totals._tally_into(tally, [usage.make_entry("judge-m"), usage.make_entry("judge-m")])
     s = usage.source_summary(tally, PRICING)
     assert (s["calls"], s["input_tokens"], s["output_tokens"], s["cost"]) == (2, None, None, None)
     assert s["cost_missing"] == "usage_unknown"
@@ -662,7 +663,7 @@ def answer(input):
 
 @pytest.mark.parametrize("use_async", [False, True])
 def test_a_retried_case_keeps_what_every_attempt_spent(tmp_path: Path, use_async: bool) -> None:
-    from pytest_oloproof.session import Evaluation
+    from pytest_oloproof.engine.setup import RunSetup
 
     module = f"usage_retried_{int(use_async)}"
     (tmp_path / f"{module}.py").write_text(RETRIED)
@@ -670,7 +671,7 @@ def test_a_retried_case_keeps_what_every_attempt_spent(tmp_path: Path, use_async
     (tmp_path / "oloproof.yaml").write_text(
         f"system:\n  object: {module}:answer\ncases: cases.jsonl\nretries: 1\nstore: .store\n"
     )
-    ev = Evaluation.load(tmp_path / "oloproof.yaml")
+    ev = RunSetup.load(tmp_path / "oloproof.yaml")
     ev.engine.backoff_s = 0.0
     try:
         case = ev.cases[0]

@@ -156,10 +156,10 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
         blocked = False
 
         def pytest_unconfigure(self, config: pytest.Config) -> None:
-            from pytest_oloproof.pytest_plugin.plugin import PLUGIN_KEY
+            from pytest_oloproof.session import SESSION_PLUGIN_NAME, RunSession
 
-            plugin = config.stash.get(PLUGIN_KEY, None)
-            self.blocked = plugin is not None and plugin.gate_exit == EXIT_BLOCK
+            run = config.pluginmanager.get_plugin(SESSION_PLUGIN_NAME)
+            self.blocked = isinstance(run, RunSession) and run.blocked
 
     observer = GateObserver()
     stdout, sys.stdout = sys.stdout, _ClosedStdout(sys.stdout)

@@ -6,11 +6,14 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import core as cli
 
-# diagnose.py (and scipy behind the runner) is imported only when a diagnosis runs, so that
+if TYPE_CHECKING:
+    from pytest_oloproof.engine.setup import RunSetup
+
+# diagnose/ (and scipy behind the run recorder) is imported only when a diagnosis runs, so that
 # registering the subcommand keeps every other `oloproof` command quick to start
 INTERVENTIONS = ("gold-context", "top-k", "reranker")
 
@@ -26,28 +29,17 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     common(p)
 
 
-def load_evaluation(config: str | None, store: str | None) -> Any:
+def load_evaluation(config: str | None, store: str | None) -> RunSetup:
     """The configured system and evaluators, with the store of --store when given."""
-    from pytest_oloproof.cache.caches import Caches
-    from pytest_oloproof.session import Evaluation
-    from pytest_oloproof.store.files import Store
+    from pytest_oloproof.session import load_setup
 
     path = Path(config or "oloproof.yaml")
     if not path.is_file():
         raise cli.UsageError(f"--config: {path} does not exist (diagnose loads the system from oloproof.yaml)")
-    ev = Evaluation.load(path.resolve(), load_case_files=False)
-    if store:
-        ev.store = Store(Path(store).resolve())
-        ev.caches = Caches(ev.store.cache_dir, ev.caches.mode)
-    reason = ev.caches.disable_if_unusable()
-    if reason is not None:
-        from pytest_oloproof.cache.caches import clear_command
-
-        _warn(
-            f"the cache at {ev.store.cache_dir} is unusable ({reason}); this diagnosis is uncached. "
-            f"Reset the cache with: {clear_command(ev.store.cache_dir)}"
-        )
-    return ev
+    setup, cache_warning = load_setup(path.resolve(), store=Path(store).resolve() if store else None)
+    if cache_warning is not None:
+        _warn(cache_warning)
+    return setup
 
 
 def _warn(message: str) -> None:

@@ -56,13 +56,13 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
 
 
 def cmd_validate_judge(args: argparse.Namespace) -> int:
+    from pytest_oloproof.engine.setup import RunSetup
     from pytest_oloproof.evaluate.judge_validation import validate_judge  # scipy: imported only when validating
-    from pytest_oloproof.session import Evaluation
 
     config = Path(args.config or "oloproof.yaml")
     if not config.is_file():
         raise ConfigError(f"--config: {config} does not exist (validate-judge reads the judge from oloproof.yaml)")
-    ev = Evaluation.load(config, load_case_files=False)
+    ev = RunSetup.load(config, load_case_files=False)
     judge = next((e for e in ev.evaluators if e.criterion == args.criterion), None)
     judges = [e.criterion for e in ev.evaluators if e.type.endswith("_judge")]
     if judge is None or not judge.type.endswith("_judge"):

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, cast
 
+from pytest_oloproof.engine.recorder import RunRecorder
+from pytest_oloproof.engine.setup import RunSetup, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
 from pytest_oloproof.errors import OloproofError, StoreError
 from pytest_oloproof.evaluators.base import Evaluator
@@ -29,7 +31,6 @@ from pytest_oloproof.evaluators.retrieval import qrels_of
 from pytest_oloproof.records.access import asserting, by_id, evaluator_rows, recorded_relevance_unit
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.shapes import CaseRecord, DiagnosisDoc, RunRecord
-from pytest_oloproof.session import Evaluation, RunRecorder, case_from_record, pricing_table, safe_settings
 from pytest_oloproof.system.declare import load_object
 from pytest_oloproof.usage import accounting as usage
 
@@ -359,7 +360,7 @@ _GOLD_KEYS = ("id", "label", "reason", "strength", "best_relevant_position", "or
 class Diagnoser:
     """One diagnosis of one run: validated on construction (raises DiagnosisError, writes nothing)."""
 
-    ev: Evaluation
+    ev: RunSetup
     request: Request
     warn: Callable[[str], None] = field(default=lambda message: None)
 

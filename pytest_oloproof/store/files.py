@@ -636,8 +636,9 @@ def _partial_summary(header: Mapping[str, Any], cases: Sequence[CaseRecord]) -> 
     The same computation a finishing run writes (metrics, slices, cache and case counts, tokens),
     with a note saying where it comes from: the run reads as incomplete, never as empty or complete.
     """
-    from pytest_oloproof.session import slim_case, usage_fields
     from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
+
+    from .summary import slim_case, usage_fields
 
     slim = [slim_case(c) for c in cases]
     settings = summary_settings({k: v for k, v in header.items() if v is not None})  # null: the default

@@ -1,19 +1,33 @@
-"""A prepared evaluation and a run being recorded: the core both faces (plugin, CLI) drive."""
+"""A run's setup: config, system, cases and evaluators, loaded and validated before anything runs.
+
+`RunSetup` is what every path that executes cases starts from (a pytest session, a diagnosis's
+child runs, `oloproof validate-judge`): it evaluates one case (`evaluate`) and describes the run
+(`header`). Beside it, the helpers that make a case record self-contained and rebuild a case from one.
+"""
 
 from __future__ import annotations
 
 import datetime as _dt
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from pytest_oloproof import __version__
 from pytest_oloproof.cache.caches import CacheMode, Caches
-from pytest_oloproof.cache.miss_reasons import explain as explain_misses
 from pytest_oloproof.config.settings import LoadedConfig, load_config
-from pytest_oloproof.engine.stages import (
+from pytest_oloproof.errors import CaseFileError, ConfigError
+from pytest_oloproof.evaluate.record import evaluate_record
+from pytest_oloproof.evaluators.base import Evaluator
+from pytest_oloproof.evaluators.registry import Registry
+from pytest_oloproof.evaluators.retrieval import label_facts
+from pytest_oloproof.records.cases import Case, load_cases
+from pytest_oloproof.records.identity import case_digest, settings_identity
+from pytest_oloproof.store.files import Store
+from pytest_oloproof.usage import accounting as usage
+
+from .stages import (
     NORMAL,
     Engine,
     Plan,
@@ -22,17 +36,6 @@ from pytest_oloproof.engine.stages import (
     internal_error,
     resolve_system,
 )
-from pytest_oloproof.errors import CaseFileError, ConfigError, StoreError
-from pytest_oloproof.evaluate.record import evaluate_record
-from pytest_oloproof.evaluators.base import Evaluator
-from pytest_oloproof.evaluators.registry import Registry
-from pytest_oloproof.evaluators.retrieval import label_facts
-from pytest_oloproof.records.cases import Case, load_cases
-from pytest_oloproof.records.identity import case_digest, case_set_digest, settings_identity
-from pytest_oloproof.records.shapes import CaseRecord, RunRecord, RunSummary
-from pytest_oloproof.stats.aggregate import summarize_run, summary_settings
-from pytest_oloproof.store.files import RunWriter, Store, new_run_id, write_json_lines, write_json_stream
-from pytest_oloproof.usage import accounting as usage
 
 
 def now_iso() -> str:
@@ -40,7 +43,7 @@ def now_iso() -> str:
 
 
 @dataclass
-class Evaluation:
+class RunSetup:
     """Config, system, cases and evaluators, loaded and validated before anything runs."""
 
     cfg: LoadedConfig
@@ -64,7 +67,7 @@ class Evaluation:
         registry: Registry | None = None,
         overrides: Mapping[str, Any] | None = None,
         load_case_files: bool = True,
-    ) -> Evaluation:
+    ) -> RunSetup:
         cfg = config_path if isinstance(config_path, LoadedConfig) else load_config(config_path)
         if overrides:
             cfg = apply_overrides(cfg, overrides)
@@ -213,19 +216,6 @@ def usage_settings(s: Any) -> dict[str, Any]:
     return out
 
 
-def usage_fields(cases: Sequence[Mapping[str, Any]], header: Mapping[str, Any]) -> dict[str, Any]:
-    """`usage` (tokens, cost, saved) and `budget` (what the guard stopped) of slim `cases`, by the run header's
-    `pricing` and `budget` limits; a key is left out when there is nothing to say."""
-    out: dict[str, Any] = {}
-    summary = usage.summarize(cases, header.get("pricing"))
-    if summary is not None:
-        out["usage"] = summary
-    budget = usage.budget_summary(cases, header.get("budget"))
-    if budget is not None:
-        out["budget"] = budget
-    return out
-
-
 def describe_evaluators(
     evaluators: Sequence[Evaluator], labels: Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
@@ -341,186 +331,3 @@ def apply_overrides(cfg: LoadedConfig, overrides: Mapping[str, Any]) -> LoadedCo
     """Apply validated command-line overrides (e.g. concurrency) to the settings."""
     settings = cfg.settings.model_copy(update=dict(overrides))
     return LoadedConfig(cfg.path, settings, cfg.raw, cfg.node)
-
-
-def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """What metrics, slices, cache counts and comparisons read of a case.
-
-    The full record (retrieval with texts, output, tracebacks) is appended to the
-    store as it arrives and not kept in memory, so a 100,000-case run stays small.
-    """
-    no_context = rec.get("retrieval") is None and not rec.get("error")
-    error = rec.get("error")
-    return {
-        "id": rec["id"],
-        "criteria": {name: _shared(c, _CRITERION_KEYS) for name, c in (rec.get("criteria") or {}).items()},
-        "metadata": rec.get("metadata") or {},
-        "relevant_position": rec.get("relevant_position"),
-        "context_truncated": None if no_context else bool(rec.get("context_truncated")),
-        "error": None if not error else {"reason": error.get("reason"), "stage": error.get("stage")},
-        "cache": _shared_cache(rec.get("cache") or {}),
-        "digest": rec.get("digest"),
-        **_usage_tallies(rec),
-    }
-
-
-def _usage_tallies(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """`usage_tally`: the case's per-model call and token counts (spent and saved), when it reported any."""
-    tallies = usage.case_tallies(rec)
-    return {"usage_tally": tallies} if tallies else {}
-
-
-_SHARED: dict[tuple[Any, ...], dict[str, Any]] = {}
-_CRITERION_KEYS = ("status", "value", "reason")
-
-
-def _shared(d: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    """One dict object per distinct small value (most criteria are 0.0 or 1.0): read-only by convention."""
-    key = tuple(d.get(k) for k in keys)
-    found = _SHARED.get(key)
-    if found is None:
-        found = {k: d[k] for k in keys if k in d}
-        if len(_SHARED) < 100_000:
-            _SHARED[key] = found
-    return found
-
-
-def _shared_cache(cache: Mapping[str, Any]) -> dict[str, Any]:
-    j = cache.get("judgment") or {}
-    key = ("cache", cache.get("execution"), cache.get("retrieve"), cache.get("generate"), j.get("hit"), j.get("miss"))
-    found = _SHARED.get(key)
-    if found is None:
-        found = {**cache, "judgment": dict(j)}
-        _SHARED[key] = found
-    return found
-
-
-class RunRecorder:
-    """Collects case records of one run, appends them to the store, and writes the final record."""
-
-    def __init__(self, store: Store, header: Mapping[str, Any], run_id: str | None = None) -> None:
-        self.run_id = run_id or new_run_id()
-        self.store = store
-        self.header = dict(header)
-        self.cases: list[dict[str, Any]] = []
-        self._writer: RunWriter | None = None
-
-    def _open(self) -> RunWriter:
-        if self._writer is None:
-            self._writer = self.store.start_run(self.run_id, self.header)
-        return self._writer
-
-    def add(self, rec: dict[str, Any]) -> None:
-        """Append a case; one that cannot be written as it is is recorded as an internal error, never dropped."""
-        try:  # per-case tokens and cost, for readers of the record
-            usage.price_case(rec, self.header.get("pricing"))
-        except Exception:  # pricing must never lose a case: it is recorded unpriced
-            pass
-        writer = self._open()
-        try:
-            writer.add_case(rec)
-        except (TypeError, ValueError, OverflowError) as exc:  # not JSON (e.g. an evaluator's `actual` object)
-            criteria = rec.get("criteria")
-            configured = [e["criterion"] for e in self.header.get("evaluators", [])]
-            names = list(criteria) if isinstance(criteria, Mapping) else configured
-            fallback = internal_error_case(rec, exc, names)
-            for key in ("input", "expected", "metadata", "source"):
-                fallback[key] = rec.get(key)
-            try:
-                writer.add_case(fallback)
-            except (TypeError, ValueError, OverflowError):
-                for key in ("input", "expected", "metadata"):
-                    fallback[key] = None
-                writer.add_case(fallback)
-            rec = fallback
-        self.cases.append(slim_case(rec))
-
-    def summarize(self) -> RunSummary:
-        """Metrics, slices and cache counts for the cases recorded so far."""
-        return summarize_run(self.cases, summary_settings(self.header))
-
-    def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> RunRecord:
-        """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
-        if status != "complete" and self._writer is not None:
-            self._reconcile()
-        record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
-        digest = case_set_digest(self.cases)
-        if digest is not None:
-            record["case_set_digest"] = digest
-        if self.header.get("purpose", "run") == "run":  # diagnosis child runs bypass caches on purpose
-            try:
-                misses = explain_misses(self.store, self.run_id, self.header, self.cases, self._written_cases)
-            except (OSError, ValueError, KeyError, TypeError, StoreError) as exc:  # never lose a run over this
-                misses = {"note": f"the reasons could not be worked out ({type(exc).__name__}: {exc})"}
-            if misses is not None:
-                record["cache_misses"] = misses
-        record.update(self.usage_fields())
-        self._open().finish(record)
-        return cast(
-            RunRecord, {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}
-        )
-
-    def written_ids(self) -> set[str]:
-        """Ids of the cases in cases.jsonl so far (what every reader sees, whatever an interruption left in memory)."""
-        if self._writer is None:
-            return set()
-        self._writer.flush()
-        return {str(rec.get("id")) for rec in self.store.iter_cases(self.run_id, strict=False)}
-
-    def _written_cases(self) -> Iterable[CaseRecord]:
-        """This run's full case records, as written so far (read back once, for the cache-miss reasons)."""
-        if self._writer is None:
-            return iter(())
-        self._writer.flush()
-        return self.store.iter_cases(self.run_id, strict=False)  # its own lines, just written
-
-    def usage_fields(self) -> dict[str, Any]:
-        """`usage` (tokens, cost, saved) and `budget` (what the guard stopped) of the cases recorded so far."""
-        return usage_fields(self.cases, self.header)
-
-    def _reconcile(self) -> None:
-        """After an interruption, count exactly the cases in cases.jsonl.
-
-        Ctrl-C can land between writing a case's line and noting it in memory; the
-        line is what the next run and every reader see, so the record follows it.
-        """
-        assert self._writer is not None
-        self._writer.flush()
-        written = [slim_case(rec) for rec in self.store.iter_cases(self.run_id, strict=False)]
-        if len(written) != len(self.cases):
-            self.cases = written
-
-    def write_report(self, path: Path, record: Mapping[str, Any]) -> None:
-        """The JSON run report with every full case record, streamed from the store (memory stays flat).
-
-        The lines this recorder wrote are copied into the report as they are; a file holding
-        anything else is read back and encoded record by record.
-        """
-        head = {k: v for k, v in record.items() if k != "cases"}
-        lines = self._writer.own_lines() if self._writer is not None else None
-        if lines is not None:
-            write_json_lines(path, head, "cases", lines)
-            return
-        cases = self.store.iter_cases(self.run_id, strict=False)
-        write_json_stream(path, head, "cases", cases)
-
-    def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-
-
-def run_cases(
-    ev: Evaluation,
-    cases: Iterable[Case],
-    recorder: RunRecorder,
-    plan_for: Callable[[Case], Plan] | None = None,
-    evaluators: Sequence[Evaluator] | None = None,
-    gold_for: Callable[[Case], Sequence[Mapping[str, Any]] | None] | None = None,
-    bypass_judgment: bool = False,
-) -> None:
-    """Execute and evaluate cases in order without pytest (diagnosis child runs, CLI)."""
-    for case in cases:
-        plan = plan_for(case) if plan_for else NORMAL
-        rec = ev.execute(case, plan)
-        gold = gold_for(case) if gold_for else None
-        recorder.add(ev.evaluate(case, rec, evaluators, gold=gold, bypass_judgment=bypass_judgment))
