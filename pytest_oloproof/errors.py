@@ -13,8 +13,10 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # usage, configuration, case file, unreadable record, unwritable store: nothing ran
     BLOCK = 3  # the release gate refused the candidate
     INTERNAL = 4  # a bug in Oloproof
-    NO_TESTS = 5  # pytest's own "no tests collected" (`-k nomatch`)
-    PIPE = 141  # stdout closed by its reader (128 + SIGPIPE)
+    NO_TESTS = 5  # pytest's own "no tests collected" (`oloproof run -k nomatch`), passed through as is
+    #: stdout closed by its reader (`oloproof runs | head -1`): 128 + SIGPIPE, as a shell reports a tool the
+    #: signal ended; output stops quietly. `oloproof run` keeps its own exit code.
+    PIPE = 141
 
 
 class OloproofError(Exception):

@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
+from pytest_oloproof.errors import ExitCode
+
 from . import compare, core, diagnose, gate, report, validate_judge
-from .core import EXIT_BLOCK, EXIT_FAILED, EXIT_INTERNAL, EXIT_OK, EXIT_USAGE, Subcommand, UsageError
+from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     compare.SUBCOMMAND,
@@ -34,12 +36,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 __all__ = [
-    "EXIT_BLOCK",
-    "EXIT_FAILED",
-    "EXIT_INTERNAL",
-    "EXIT_OK",
-    "EXIT_USAGE",
     "SUBCOMMANDS",
+    "ExitCode",
     "Subcommand",
     "UsageError",
     "build_parser",

@@ -18,16 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_oloproof.config.values import parse_positive_int
-from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.errors import ExitCode, OloproofError
 from pytest_oloproof.records.redaction import redact
 from pytest_oloproof.store.files import Store
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_BLOCK, EXIT_INTERNAL = 0, 1, 2, 3, 4
-#: pytest's "no tests collected" (e.g. `oloproof run -k nomatch`), passed through as is
-EXIT_NO_CASES = 5
-#: stdout was closed by its reader (`oloproof runs | head -1`): 128 + SIGPIPE, as a shell reports a
-#: tool the signal ended; output stops quietly. `oloproof run` keeps its own exit code (see cmd_run).
-EXIT_PIPE = 141
 
 
 class UsageError(OloproofError):
@@ -52,7 +45,7 @@ class _UsageExit(SystemExit):
     """argparse's usage error, carrying its message for the --json error document."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(EXIT_USAGE)
+        super().__init__(ExitCode.USAGE)
         self.message = message
 
 
@@ -168,9 +161,9 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
     finally:
         sys.stdout.flush()
         sys.stdout = stdout
-    if code == EXIT_BLOCK and not observer.blocked:
-        return EXIT_INTERNAL
-    return {4: EXIT_USAGE}.get(code, code)
+    if code == ExitCode.BLOCK and not observer.blocked:
+        return ExitCode.INTERNAL
+    return {4: ExitCode.USAGE}.get(code, code)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -207,7 +200,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             + ("  (not finished: run.json holds only its start header)" if started_only else "")
         )
     _emit(args, {"store": str(store.root), "runs": rows}, lines or [f"no runs in {store.root}"])
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -221,12 +214,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         lines.append("Cases:")
         lines += [f"  {case_line(c)}" for c in record.get("cases", [])]
         _emit(args, record, lines)
-        return EXIT_OK
+        return ExitCode.OK
     doc = store.load_doc(kind, full)
     renderer = getattr(args, "inspectors", {}).get(kind)
     lines = renderer(doc, full) if renderer else [json.dumps(doc, indent=2)]
     _emit(args, {"id": full, **doc}, lines)
-    return EXIT_OK
+    return ExitCode.OK
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
@@ -253,7 +246,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
             _emit(args, {"directory": str(store.cache_dir), "entries": counts}, lines)
     finally:
         caches.close()
-    return EXIT_OK
+    return ExitCode.OK
 
 
 # ------------------------------------------------------------------ parser
@@ -304,7 +297,7 @@ def main(argv: Sequence[str] | None = None, subcommands: Sequence[Subcommand] = 
             sys.stdout.flush()  # a reader that went away shows here at the latest, not at interpreter exit
     except BrokenPipeError:
         _stdout_to_devnull()
-        return EXIT_PIPE
+        return ExitCode.PIPE
 
 
 def _dispatch(argv: list[str], as_json: bool, subcommands: Sequence[Subcommand]) -> int:
@@ -323,17 +316,17 @@ def _dispatch(argv: list[str], as_json: bool, subcommands: Sequence[Subcommand])
         args = parser.parse_args(argv)
         return {**COMMANDS, **{s.name: s.run for s in subcommands}}[args.command](args)
     except _UsageExit as exc:  # already printed by the parser
-        return fail(EXIT_USAGE, exc.message)
+        return fail(ExitCode.USAGE, exc.message)
     except SystemExit as exc:
-        code = int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+        code = int(exc.code or 0) if isinstance(exc.code, int) else ExitCode.USAGE
         return fail(code, "usage error") if code else code
     except OloproofError as exc:
-        code = getattr(exc, "exit_code", EXIT_USAGE)
+        code = getattr(exc, "exit_code", ExitCode.USAGE)
         return fail(code, str(exc), f"oloproof: error: {exc}\n")
     except KeyboardInterrupt:
-        return fail(EXIT_USAGE, "interrupted", "oloproof: interrupted\n")
+        return fail(ExitCode.USAGE, "interrupted", "oloproof: interrupted\n")
     except BrokenPipeError:
         raise
     except Exception as exc:
         text = "oloproof: internal error\n" + traceback.format_exc()
-        return fail(EXIT_INTERNAL, f"internal error: {type(exc).__name__}: {exc}", text)
+        return fail(ExitCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}", text)

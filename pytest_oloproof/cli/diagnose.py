@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pytest_oloproof.errors import ExitCode
+
 from . import core as cli
 
 if TYPE_CHECKING:
@@ -76,7 +78,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     cli._emit(args, result.to_json(), diagnosis_lines(result))
     # every replay (or intervention, or control) without a value: nothing was diagnosed, and a
     # script must not read the output as a diagnosis
-    return cli.EXIT_FAILED if result.measured_nothing else cli.EXIT_OK
+    return ExitCode.FAILED if result.measured_nothing else ExitCode.OK
 
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:

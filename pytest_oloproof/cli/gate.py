@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pytest_oloproof.errors import ExitCode
+
 from . import core as cli
 
 
@@ -75,7 +77,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
     view = PlanView.of(kind, full, doc, args.policy)
     cli._emit(args, {"ref": full, "kind": kind, "decisions": view.rows}, plan_lines(view))
-    return cli.EXIT_OK
+    return ExitCode.OK
 
 
 GATE = cli.Subcommand("gate", add_gate_parser, cmd_gate, inspects="decision", inspect=lambda doc, i: _inspect(doc, i))

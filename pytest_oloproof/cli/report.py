@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pytest_oloproof.errors import ExitCode
+
 from . import core as cli
 
 
@@ -57,7 +59,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             "problems": written.problems,
         }
         cli._emit(args, doc, lines)
-        return cli.EXIT_OK
+        return ExitCode.OK
     if target.is_dir():
         raise cli.UsageError(f"--html: {target} is a folder; give the file to write, e.g. {target / 'report.html'}")
     problem = output_problem(target)
@@ -66,7 +68,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     kind, full, html = page_for(store, args.id)
     write_page(target, html)
     cli._emit(args, {"kind": kind, "id": full, "path": str(target)}, [f"Wrote the {kind} report of {full} to {target}"])
-    return cli.EXIT_OK
+    return ExitCode.OK
 
 
 SUBCOMMAND = cli.Subcommand("report", _add, cmd_report)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.errors import ConfigError, ExitCode
 from pytest_oloproof.evaluate.record import judge_one
 from pytest_oloproof.evaluators.base import CriterionValue, EvalInput
 
@@ -18,7 +18,7 @@ from . import core as cli
 class JudgeNotPassed(ConfigError):
     """The validation was recorded but the judge did not pass it: exit 1."""
 
-    exit_code = cli.EXIT_FAILED
+    exit_code = ExitCode.FAILED
 
 
 def _number_in(low: float, high: float) -> Callable[[str], float]:
@@ -90,7 +90,7 @@ def cmd_validate_judge(args: argparse.Namespace) -> int:
     from pytest_oloproof.report.text import judge_validation_lines
 
     cli._emit(args, {"id": doc_id, **record}, judge_validation_lines(record, doc_id))
-    return cli.EXIT_OK if record["passed"] else cli.EXIT_FAILED
+    return ExitCode.OK if record["passed"] else ExitCode.FAILED
 
 
 def _inspect(doc: dict[str, Any], doc_id: str) -> list[str]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from pytest_oloproof.errors import OloproofError, StoreError
+from pytest_oloproof.errors import ExitCode, OloproofError, StoreError
 from pytest_oloproof.records.access import cases_by_id, criteria_of, shared_criteria
 from pytest_oloproof.records.identity import settings_identity, sha256_of
 from pytest_oloproof.records.redaction import redact_obj
@@ -43,14 +43,13 @@ from .policy import (
 from .words import changed_summary, fmt_margin, fmt_points, printed_interval, shown_ids
 
 SCHEMA = "oloproof.comparison/1"
-EXIT_PASS, EXIT_USAGE, EXIT_BLOCK = 0, 2, 3
 JUDGE_EVALUATOR_TYPES = ("groundedness_judge", "citation_support_judge")
 
 
 class ComparisonError(OloproofError):
     """The two runs cannot be compared (different systems, nothing recorded): exit 2."""
 
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
 
 
 # ------------------------------------------------------------------ loading runs
@@ -668,7 +667,7 @@ def compare_runs(
         "decisions": decisions,
         "gate": gate,
         **({"gate_reason": gate_reason} if gate_reason else {}),
-        "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
+        "exit_code": ExitCode.BLOCK if gate == "BLOCK" else ExitCode.OK,
         "cases": case_rows,
         **_cost_field(candidate, baseline),
     }
@@ -844,7 +843,7 @@ class SessionGate:
             self.comparison = (doc_id, doc)
         except OloproofError as exc:
             self.failure = ("Comparison", exc)
-            return EXIT_USAGE if self.policy is not None else None
+            return ExitCode.USAGE if self.policy is not None else None
         return int(doc["exit_code"]) if self.policy is not None else None
 
     def _decide_alone(self, record: RunRecord) -> int:
@@ -858,7 +857,7 @@ class SessionGate:
             self.decision = (doc_id, doc)
         except OloproofError as exc:
             self.failure = ("Decision", exc)
-            return EXIT_USAGE
+            return ExitCode.USAGE
         return int(doc["exit_code"])
 
     def report_fields(self) -> dict[str, Any]:

@@ -22,13 +22,13 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
-from pytest_oloproof.errors import OloproofError
+from pytest_oloproof.errors import ExitCode, OloproofError
 from pytest_oloproof.records.access import criteria_of
 from pytest_oloproof.records.shapes import DecisionDoc, RunRecord
 from pytest_oloproof.stats.aggregate import compute_metrics, missing_at_worst
 from pytest_oloproof.store.files import Store
 
-from .comparison import EXIT_BLOCK, EXIT_PASS, EXIT_USAGE, recorded_kind
+from .comparison import recorded_kind
 from .policy import (
     FAIL,
     INSUFFICIENT,
@@ -51,7 +51,7 @@ PLAN_CAP = 100_000
 class DecisionError(OloproofError):
     """A run cannot be decided by the policy (a comparison decision without a baseline): exit 2."""
 
-    exit_code = EXIT_USAGE
+    exit_code = ExitCode.USAGE
 
 
 # ------------------------------------------------------------------ one run's values
@@ -189,7 +189,7 @@ def decide_run(
         "policy": policy.snapshot(),
         "decisions": decisions,
         "gate": gate,
-        "exit_code": EXIT_BLOCK if gate == "BLOCK" else EXIT_PASS,
+        "exit_code": ExitCode.BLOCK if gate == "BLOCK" else ExitCode.OK,
     }
 
 
