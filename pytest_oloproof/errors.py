@@ -45,7 +45,7 @@ class CaseFileError(OloproofError):
 
 
 class ContractError(OloproofError):
-    """A system broke the stage contract of SPEC §1 for one case; `stage` is the stage whose output broke it."""
+    """A system broke the stage contract for one case; `stage` is the stage whose output broke it."""
 
     def __init__(self, message: str, *, stage: str | None = None) -> None:
         super().__init__(message)

@@ -1,4 +1,4 @@
-"""A criterion's kind comes from its evaluator, not from its values (SPEC §7)."""
+"""A criterion's kind comes from its evaluator, not from its values."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Context assembly (SPEC §2): unit tests of `assemble`, and the same edge cases end to end in the run record."""
+"""Context assembly: unit tests of `assemble`, and the same edge cases end to end in the run record."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Stage caches (SPEC §5): what does and does not invalidate, errors, corrupt entries, and the cache modes."""
+"""Stage caches: what does and does not invalidate, errors, corrupt entries, and the cache modes."""
 
 from __future__ import annotations
 

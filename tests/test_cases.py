@@ -1,4 +1,4 @@
-"""Tests for case files (SPEC §4): loading, validation and exact error messages."""
+"""Tests for case files: loading, validation and exact error messages."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The `oloproof` command (SPEC §16) through real subprocesses: exit codes, runs, inspect, cache."""
+"""The `oloproof` command through real subprocesses: exit codes, runs, inspect, cache."""
 
 from __future__ import annotations
 

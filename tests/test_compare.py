@@ -1,4 +1,4 @@
-"""Comparison and the gate (SPEC §10): pairing, intervals, decisions, the CLI and the example walk-through."""
+"""Comparison and the gate: pairing, intervals, decisions, the CLI and the example walk-through."""
 
 from __future__ import annotations
 

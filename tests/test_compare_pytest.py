@@ -1,4 +1,4 @@
-"""The CI form: `pytest --oloproof --oloproof-baseline … --oloproof-policy …` gates the session (SPEC §6, §10)."""
+"""The CI form: `pytest --oloproof --oloproof-baseline … --oloproof-policy …` gates the session."""
 
 from __future__ import annotations
 

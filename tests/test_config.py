@@ -1,4 +1,4 @@
-"""oloproof.yaml (SPEC §3): exact error messages, and every error stops the run before anything executes."""
+"""oloproof.yaml: exact error messages, and every error stops the run before anything executes."""
 
 from __future__ import annotations
 

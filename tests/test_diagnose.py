@@ -1,4 +1,4 @@
-"""Diagnosis (SPEC §9): labels, control/UNSTABLE, replays, reuse, errors, the CLI and inspect."""
+"""Diagnosis: labels, control/UNSTABLE, replays, reuse, errors, the CLI and inspect."""
 
 from __future__ import annotations
 

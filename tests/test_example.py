@@ -1,4 +1,4 @@
-"""The example project (SPEC §15) on a copy: first run, unchanged re-run, larger budget, new index, new version."""
+"""The example project on a copy: first run, unchanged re-run, larger budget, new index, new version."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LangChain and LlamaIndex adapters (SPEC §16) through real `pytest --oloproof` sessions, offline.
+"""LangChain and LlamaIndex adapters through real `pytest --oloproof` sessions, offline.
 
 The pipelines are built from the libraries' own fakes (langchain-core's InMemoryVectorStore with
 DeterministicFakeEmbedding and RunnableLambda; llama-index-core's in-memory VectorStoreIndex,

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM mid-run (SPEC §11): an incomplete record of what finished, and reuse on the next run."""
+"""Ctrl-C and SIGTERM mid-run: an incomplete record of what finished, and reuse on the next run."""
 
 from __future__ import annotations
 

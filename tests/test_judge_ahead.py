@@ -1,4 +1,4 @@
-"""Judges of prefetched cases run ahead of their items, concurrently (SPEC §11), as a sequential run records them."""
+"""Judges of prefetched cases run ahead of their items, concurrently, as a sequential run records them."""
 
 from __future__ import annotations
 

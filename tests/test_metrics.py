@@ -198,7 +198,7 @@ CUTOFFS = (1, 2, 3, 5, 6, 10)
 
 
 def _generate(seed: int) -> list[dict]:
-    """Seeded random queries covering the cases SPEC §7 asks trec_eval agreement for."""
+    """Seeded random queries covering the cases that must agree with trec_eval."""
     rng = np.random.default_rng(seed)
     queries = []
     for qi in range(N_QUERIES):

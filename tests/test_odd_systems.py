@@ -1,4 +1,4 @@
-"""Odd and misbehaving systems under test (SPEC §1, §6, §11): the bad case is missing with its stage and
+"""Odd and misbehaving systems under test: the bad case is missing with its stage and
 reason, every other case is recorded intact, nothing wrong is cached, and a fixed system re-executes it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""pytest integration (SPEC §6): items, selection, markers, failure messages, case-file errors, staying away."""
+"""pytest integration: items, selection, markers, failure messages, case-file errors, staying away."""
 
 from __future__ import annotations
 

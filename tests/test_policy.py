@@ -1,4 +1,4 @@
-"""compare.yaml validation and the decision rules of SPEC §10 (strict inequalities, unrounded bounds)."""
+"""compare.yaml validation and the decision rules (strict inequalities, unrounded bounds)."""
 
 from __future__ import annotations
 

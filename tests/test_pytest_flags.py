@@ -1,4 +1,4 @@
-"""pytest's own flags and conventions with --oloproof (SPEC §6): --collect-only runs nothing, --lf/--ff match
+"""pytest's own flags and conventions with --oloproof: --collect-only runs nothing, --lf/--ff match
 cases, path arguments select what runs, metadata markers never take a meaning pytest gives them, SIGTERM."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Deciding one run by a release policy (SPEC §10): decisions against hand-computed bounds, `gate`, `plan`,
+"""Deciding one run by a release policy: decisions against hand-computed bounds, `gate`, `plan`,
 `latest`, missing cases bounded at worst, and the sample-size line."""
 
 from __future__ import annotations

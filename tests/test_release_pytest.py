@@ -1,5 +1,5 @@
-"""A release policy without a baseline decides the pytest session's run (SPEC §10); recall's kind from its
-labels and missing cases bounded at worst (SPEC §7), through real pytest sessions."""
+"""A release policy without a baseline decides the pytest session's run; recall's kind from its
+labels and missing cases bounded at worst, through real pytest sessions."""
 
 from __future__ import annotations
 

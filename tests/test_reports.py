@@ -1,4 +1,4 @@
-"""Reports of SPEC §14 (JSON run report, GitHub step summary, JUnit properties) and the example's first run."""
+"""Reports (JSON run report, GitHub step summary, JUnit properties) and the example's first run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Execution at scale (SPEC §11): concurrency, the event loop, timeouts, retries, progress, determinism."""
+"""Execution at scale: concurrency, the event loop, timeouts, retries, progress, determinism."""
 
 from __future__ import annotations
 

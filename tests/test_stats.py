@@ -152,7 +152,7 @@ def test_rate_interval_clustered_never_narrower_than_exact() -> None:
 
 
 def _reference_capital(y: list[float], m: float, alpha: float) -> float:
-    """The mean of the 20 capitals of SPEC §7, written as a plain loop: for f = j/21, j = 1..20,
+    """The mean of the 20 capitals of the product page, written as a plain loop: for f = j/21, j = 1..20,
     the product over the values of (1 − f + f·y/m), averaged over j."""
     total = 0.0
     for j in range(1, 21):

@@ -1,4 +1,4 @@
-"""The store (SPEC §13): run directories, the versioned record, atomic writes, id and prefix lookup."""
+"""The store: run directories, the versioned record, atomic writes, id and prefix lookup."""
 
 from __future__ import annotations
 

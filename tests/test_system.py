@@ -1,4 +1,4 @@
-"""Declaring a system (SPEC §1): the public API, async stages, plain callables, and every contract violation."""
+"""Declaring a system: the public API, async stages, plain callables, and every contract violation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from staged_helpers import assert_nothing_written, by_id, case, config_text, las
 
 from pytest_oloproof import Passage, Retrieval, rag_system
 
-# ------------------------------------------------------------------ the API as SPEC §1 writes it
+# ------------------------------------------------------------------ the API as the README declares it
 
 
 def test_passage_and_retrieval_are_immutable_with_the_spec_fields() -> None:

@@ -1,4 +1,4 @@
-"""pytest-xdist parity (SPEC §6, §11): one process or two give the same run record, metrics and cache counts."""
+"""pytest-xdist parity: one process or two give the same run record, metrics and cache counts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Comparison of two runs and the release gate (SPEC §10).
+"""Comparison of two runs and the release gate.
 
 Cases are paired by id. For every criterion both runs record, the difference
 candidate − baseline is reported in percentage points with a paired interval
@@ -245,7 +245,7 @@ def recorded_kind(record: Mapping[str, Any], name: str) -> str | None:
 
 
 def criterion_kind(name: str, records: Sequence[Mapping[str, Any]], pairing: Pairing) -> str:
-    """The kind, "rate" or "mean", as both runs recorded it (SPEC §7), never from the values.
+    """The kind, "rate" or "mean", as both runs recorded it, never from the values.
 
     When the runs recorded different kinds (recall over labels with one relevant unit per case in
     one run, more in the other) the criterion is compared as a mean (`kind_warnings` says so).
@@ -341,7 +341,7 @@ def worst_difference(
     pairing: Pairing, binary: bool, confidence: float, seed: int, clusters: Sequence[Any] | None = None
 ) -> dict[str, Any]:
     """The difference's interval in points with each missing pair at its worst (−1 for the lower bound, +1 for
-    the upper): it holds whatever the missing pairs' values would have been (SPEC §7)."""
+    the upper): it holds whatever the missing pairs' values would have been."""
     m = sum(pairing.missing.values())
     low, high = worst_bounds(pairing.pairs, m, binary, confidence, seed, clusters)
     return {"low": _points(low), "high": _points(high), "pairs": len(pairing.pairs) + m}

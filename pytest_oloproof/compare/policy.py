@@ -1,4 +1,4 @@
-"""The release policy (SPEC §10): compare.yaml / release.yaml and its decision rules.
+"""The release policy: compare.yaml / release.yaml and its decision rules.
 
 A policy lists decisions. A comparison decision tests one criterion's difference
 (candidate − baseline, in percentage points) against a margin; a single-run
@@ -27,7 +27,7 @@ from .words import MAX_FAILURES
 
 PASS, FAIL, INSUFFICIENT = "PASS", "FAIL", "INSUFFICIENT_EVIDENCE"
 
-# INSUFFICIENT_EVIDENCE reasons (SPEC §10)
+# INSUFFICIENT_EVIDENCE reasons
 INTERVAL_OVERLAPS_MARGIN = "interval_overlaps_margin"
 TOO_FEW_PAIRS = "too_few_pairs"
 MISSING_EXCEEDS_LIMIT = "missing_exceeds_limit"

@@ -1,4 +1,4 @@
-"""Deciding one run (SPEC §10, "Deciding one run: the release policy") and how many cases would decide it.
+"""Deciding one run and how many cases would decide it.
 
 A policy's single-run decisions (`minimum`, `maximum`, `max-failures`) read one run's
 criterion: its interval (or, with `missing: bound`, the interval with every missing case

@@ -1,4 +1,4 @@
-"""oloproof.yaml (SPEC §3): pydantic models, ${VAR} expansion, and errors that say where and how to fix."""
+"""oloproof.yaml: pydantic models, ${VAR} expansion, and errors that say where and how to fix."""
 
 from __future__ import annotations
 

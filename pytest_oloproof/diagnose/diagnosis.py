@@ -1,4 +1,4 @@
-"""Diagnosis (SPEC §9): re-run a run's failed cases under interventions and label why they failed.
+"""Diagnosis: re-run a run's failed cases under interventions and label why they failed.
 
 The core both faces drive: `oloproof diagnose` calls `Diagnoser.run_all`; the
 pytest form builds one item per selected case, calls `Diagnoser.run_case` in

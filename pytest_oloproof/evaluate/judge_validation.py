@@ -1,4 +1,4 @@
-"""Validating an LLM judge against human labels (SPEC §12, `oloproof validate-judge`).
+"""Validating an LLM judge against human labels.
 
 A judge may gate a release only after it agrees well enough with people on a
 labelled set. `validate_judge` runs the judge on every labelled example and

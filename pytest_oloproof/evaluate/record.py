@@ -1,4 +1,4 @@
-"""Running evaluators on one executed case, through the judgment cache (SPEC §5, §7)."""
+"""Running evaluators on one executed case, through the judgment cache."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ class CitationValidity(Evaluator):
     type = "citation_validity"
     kind = "rate"
     reads = frozenset({"output", "context"})
-    # Allowed on a plain callable (SPEC §1: only retrieval metrics need stages); each case
+    # Allowed on a plain callable; each case
     # is then excluded with reason no_context, visibly under the table.
     needs_rag = False
 

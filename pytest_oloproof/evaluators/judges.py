@@ -1,4 +1,4 @@
-"""LLM judges: groundedness of an answer and support of its citations (SPEC §12).
+"""LLM judges: groundedness of an answer and support of its citations.
 
 A judge renders a versioned prompt, asks its provider, and parses a JSON
 verdict ``{"verdict": "pass"|"fail", "rationale": "..."}``. A judge that cannot

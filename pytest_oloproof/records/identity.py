@@ -1,4 +1,4 @@
-"""Canonical JSON and the sha256 identities of the caches (SPEC §5)."""
+"""Canonical JSON and the sha256 identities of the caches."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ def context_identity(context: Sequence[Any]) -> list[list[Any]]:
 
 
 class StageKeys:
-    """The cache keys of one system's stages (SPEC §5).
+    """The cache keys of one system's stages.
 
     The system's part of each identity is serialised once per run, and a
     case's input once per case, instead of once per key.

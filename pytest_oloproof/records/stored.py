@@ -1,4 +1,4 @@
-"""The stored schemas (SPEC §13), read strictly: run.json, cases.jsonl lines, stored diagnoses and
+"""The stored schemas, read strictly: run.json, cases.jsonl lines, stored diagnoses and
 comparisons, and execution cache entries.
 
 Every reader of the store goes through these models, so a garbled or

@@ -1,4 +1,4 @@
-"""Per-criterion accounting (observed / missing / excluded), intervals and slices (SPEC §7, §8)."""
+"""Per-criterion accounting (observed / missing / excluded), intervals and slices."""
 
 from __future__ import annotations
 
@@ -72,8 +72,8 @@ def missing_at_worst(
     """The interval over every selected case, each missing one put at its worst value.
 
     The bounds are monotone in every value, so 0 in place of each missing case gives a lower
-    bound and 1 an upper bound that hold whatever the missing cases' values would have been
-    (SPEC §7, "Missing cases bounded"). `kind` is the one the observed values were read as.
+    bound and 1 an upper bound that hold whatever the missing cases' values would have been.
+    `kind` is the one the observed values were read as.
     """
     interval = stats.rate_interval if kind == "rate" else stats.mean_interval
     cl = None if clusters is None else [*clusters, *(missing_clusters or [None] * missing)]

@@ -1,4 +1,4 @@
-"""Confidence intervals for Oloproof aggregates and comparisons (SPEC §7, §10).
+"""Confidence intervals for Oloproof aggregates and comparisons.
 
 Pure functions over numpy/scipy. Pass rates: exact Clopper–Pearson; paired pass/fail: the
 exact interval of Fay & Lumbard 2021, compatible with the exact McNemar test (module

@@ -1,4 +1,4 @@
-"""Retrieval-metric kernels on retrieval positions (SPEC §7, §8).
+"""Retrieval-metric kernels on retrieval positions.
 
 Pure functions, no pytest and no numpy: they run once per case and per metric,
 so plain Python on short lists is the fastest option. Rankings are taken in the
@@ -184,7 +184,7 @@ def ndcg(
 
 
 def best_relevant_position(ranking: Sequence[Unit], qrels: Mapping[Unit, int]) -> int | None:
-    """1-based position of the best-placed relevant unit in the whole ranking (SPEC §8).
+    """1-based position of the best-placed relevant unit in the whole ranking.
 
     None when no relevant unit was retrieved; raises NoRelevantUnits when the labels
     hold no relevant unit at all (the slice then excludes the case).

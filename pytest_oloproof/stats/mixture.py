@@ -1,4 +1,4 @@
-"""Order-free betting-mixture confidence bounds for the mean of values in [0, 1] (SPEC §7).
+"""Order-free betting-mixture confidence bounds for the mean of values in [0, 1].
 
 The betting idea is Waudby-Smith & Ramdas ("Estimating means of bounded random variables
 by betting", JRSS-B 86(1), 2024): for a candidate mean m, a bet that pays

@@ -1,4 +1,4 @@
-"""The store (SPEC §13): runs, diagnoses and comparisons on disk, atomic writes, id and prefix lookup."""
+"""The store: runs, diagnoses and comparisons on disk, atomic writes, id and prefix lookup."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Context assembly (SPEC §2): top-k cut, then a token budget walked in retrieval order."""
+"""Context assembly: top-k cut, then a token budget walked in retrieval order."""
 
 from __future__ import annotations
 

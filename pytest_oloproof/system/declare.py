@@ -1,4 +1,4 @@
-"""Declaring a system (SPEC §1): Passage, Retrieval, @rag_system, and calling stages."""
+"""Declaring a system: Passage, Retrieval, @rag_system, and calling stages."""
 
 from __future__ import annotations
 
