@@ -514,7 +514,7 @@ def _rows(directory: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def test_a_group_write_leaves_the_rows_cache_set_leaves(tmp_path: Path) -> None:
-    from pytest_oloproof.cache.caches import _row_layout, open_diskcache, write_group
+    from pytest_oloproof.cache.caches import open_diskcache, write_group
 
     big = "x" * 40_000  # diskcache keeps this in a file
     before = {"retrieve:small": "old", "retrieve:filed": big, "retrieve:stays": "kept"}
@@ -524,7 +524,6 @@ def test_a_group_write_leaves_the_rows_cache_set_leaves(tmp_path: Path) -> None:
     for how in ("cache.set", "write_group"):
         directory = tmp_path / how.replace(".", "_")
         cache = open_diskcache(directory)
-        assert _row_layout(cache)  # the one-statement path is the one taken
         for k, v in before.items():
             cache.set(k, v)
         if how == "cache.set":
@@ -554,4 +553,49 @@ def test_a_mode_changed_after_opening_takes_effect(tmp_path: Path, mode: CacheMo
     assert caches.put("judgment", "k2", {"v": 2}) is mode.writes  # k2 is new, so WRITE stores it too
     caches.mode = CacheMode.READWRITE
     assert caches.get("judgment", "k2") == ({"v": 2} if mode.writes else None)
+    caches.close()
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+
+from pytest_oloproof.cache.caches import Caches
+
+directory, worker, held = Path(sys.argv[1]), sys.argv[2], sys.argv[3] == "held"
+caches = Caches(directory)
+if held:
+    caches.hold_writes(max_entries=64, max_age_s=3600)  # a session's groups; the others commit each case
+for case in range(300):
+    with caches.batch():
+        for kind in ("retrieve", "generate", "execution"):
+            assert caches.put(kind, f"{worker}-{case}", {"worker": worker, "case": case, "pad": "x" * case})
+    assert caches.put("judgment", "shared", {"worker": worker, "case": case})
+caches.close()
+"""
+
+
+def test_processes_writing_one_cache_at_once_lose_no_entry(tmp_path: Path) -> None:
+    """pytest-xdist workers (and concurrent runs) share one cache: every entry each one wrote is there, whole."""
+    import subprocess
+    import sys
+
+    directory = tmp_path / "cache"
+    Caches(directory).close()  # created once, as a session's controller does before its workers start
+    workers = {str(w): "held" if w % 2 else "each" for w in range(4)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, str(directory), w, how], stderr=subprocess.PIPE, text=True)
+        for w, how in workers.items()
+    ]
+    for proc in procs:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+    caches = Caches(directory)
+    for w in workers:
+        for n in range(300):
+            for kind in ("retrieve", "generate", "execution"):
+                assert caches.get(kind, f"{w}-{n}") == {"worker": w, "case": n, "pad": "x" * n}
+    # the key every worker wrote holds one worker's last value, never a mix
+    assert caches.get("judgment", "shared") in [{"worker": w, "case": 299} for w in workers]
+    assert caches.stats() == {"execution": 1200, "retrieve": 1200, "generate": 1200, "judgment": 1}
     caches.close()

@@ -81,66 +81,16 @@ def open_diskcache(directory: Path) -> diskcache.Cache:
     return diskcache.Cache(str(directory), size_limit=2**40, eviction_policy="none", cull_limit=0)
 
 
-#: The row diskcache writes for a str key and a str value it keeps in the row (Disk.put: raw key;
-#: Disk.store: size 0, MODE_RAW, no file), for a whole group of entries in one statement. An
-#: existing row is replaced in place, as Cache.set does, unless its old value is in a file.
-_UPSERT = (
-    "INSERT INTO Cache(key, raw, store_time, expire_time, access_time, access_count, tag, size, mode, filename, value)"
-    " VALUES (?, 1, ?, NULL, ?, 0, NULL, 0, 1, NULL, ?)"
-    " ON CONFLICT(key, raw) DO UPDATE SET store_time = excluded.store_time, expire_time = NULL,"
-    " access_time = excluded.access_time, tag = NULL, size = 0, mode = 1, value = excluded.value"
-    " WHERE Cache.filename IS NULL"
-)
-_MODE_RAW = 1
-
-
 def write_group(cache: diskcache.Cache, group: Mapping[str, str]) -> None:
-    """Commit a group of entries in one transaction, the small ones in one statement.
+    """Commit a group of entries in one transaction: one SQLite commit for the group, not one per entry.
 
-    `Cache.set` costs two SQL statements and their Python around them per entry (about a
-    twentieth of a cold 10,000-case run); rows are the same either way. Values diskcache
-    keeps in files (32 KiB and up), rows whose old value is in a file (so diskcache removes
-    the file), and any cache that is not diskcache's own layout go through `Cache.set`.
+    Every entry goes through `Cache.set`, so diskcache keeps its own rows, counts and files
+    (values of 32 KiB and up) whatever its version; `retry` waits out another process's write.
     """
-    import sqlite3  # (imported with diskcache anyway; not with the plugin)
-
     with cache.transact(retry=True):
-        rest: list[tuple[str, str]] = []
-        if _row_layout(cache):
-            limit = int(cache.disk_min_file_size)
-            inline = [(k, t) for k, t in group.items() if len(t) < limit]
-            rest = [(k, t) for k, t in group.items() if len(t) >= limit]
-            now = time.time()
-            try:
-                written = cache._con.executemany(_UPSERT, [(k, now, now, t) for k, t in inline]).rowcount
-            except sqlite3.DatabaseError:  # not the layout expected after all: every entry through Cache.set
-                rest = list(group.items())
-            else:
-                if written != len(inline):  # the upsert left the rows whose old value is in a file (rare)
-                    filed = _keys_with_files(cache, [k for k, _ in inline])
-                    rest += [(k, t) for k, t in inline if k in filed]
-        else:
-            rest = list(group.items())
-        for full, text in rest:
-            cache.set(full, text, retry=True)
-
-
-def _row_layout(cache: diskcache.Cache) -> bool:
-    """Whether `cache` stores rows as this module writes them: diskcache's own Disk, a raw-text MODE_RAW."""
-    import diskcache
-
-    return type(cache.disk) is diskcache.Disk and getattr(diskcache.core, "MODE_RAW", None) == _MODE_RAW
-
-
-def _keys_with_files(cache: diskcache.Cache, keys: list[str]) -> set[str]:
-    """Those of `keys` whose stored value is in a file (none, usually)."""
-    found: set[str] = set()
-    for i in range(0, len(keys), 500):
-        chunk = keys[i : i + 500]
-        marks = ",".join("?" * len(chunk))
-        query = f"SELECT key FROM Cache WHERE raw = 1 AND filename IS NOT NULL AND key IN ({marks})"
-        found.update(k for (k,) in cache._sql(query, chunk).fetchall())
-    return found
+        put = cache.set
+        for full, text in group.items():
+            put(full, text, retry=True)
 
 
 class Caches:
@@ -219,15 +169,8 @@ class Caches:
         return True
 
     def _key_hashes(self, cache: diskcache.Cache) -> set[int]:
-        """hash() of every key, read in one query (iterkeys() pages through the index, ~50x slower)."""
-        import sqlite3
-
-        con = sqlite3.connect(f"{(Path(cache.directory) / 'cache.db').as_uri()}?mode=ro", uri=True)
-        try:
-            # diskcache keeps a str key as is, flagged raw
-            return {hash(k) for (k,) in con.execute("SELECT key FROM Cache WHERE raw = 1")}
-        finally:
-            con.close()
+        """hash() of every key in the cache (diskcache iterates them by row, a hundred per query)."""
+        return {hash(k) for k in cache}
 
     # ------------------------------------------------------------ entries
 
