@@ -18,7 +18,7 @@ def progress_writer(tr: Any) -> Callable[[str], bool]:
     line is finished (pytest ends it itself before the next node id); otherwise this
     returns False and the display tries again on the next item.
     """
-    tw = getattr(tr, "_tw", None)
+    tw = tr.config.get_terminal_writer() if tr is not None else None  # pytest's own writer, public API
 
     def write(line: str) -> bool:
         width = getattr(tw, "width_of_current_line", None)
