@@ -13,15 +13,9 @@ from pytest_oloproof import __version__
 from pytest_oloproof.cache.caches import CacheMode, Caches
 from pytest_oloproof.cache.miss_reasons import explain as explain_misses
 from pytest_oloproof.config.settings import LoadedConfig, load_config
-from pytest_oloproof.engine.stages import (
-    NORMAL,
-    Engine,
-    Plan,
-    ResolvedSystem,
-    error_record,
-    internal_error,
-    resolve_system,
-)
+from pytest_oloproof.engine.error_records import error_record, internal_error
+from pytest_oloproof.engine.stages import NORMAL, Engine, ExecutionPlan
+from pytest_oloproof.engine.system_resolution import ResolvedSystem, resolve_system
 from pytest_oloproof.errors import CaseFileError, ConfigError, StoreError
 from pytest_oloproof.evaluate.record import evaluate_record
 from pytest_oloproof.evaluators.base import Evaluator
@@ -102,7 +96,7 @@ class Evaluation:
     def criteria(self, evaluators: Sequence[Evaluator] | None = None) -> list[tuple[str, str]]:
         return [(e.criterion, e.kind_for(self.labels)) for e in (evaluators or self.evaluators)]
 
-    def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
+    def execute(self, case: Case, plan: ExecutionPlan = NORMAL) -> dict[str, Any]:
         return self.engine.execute(case, plan)
 
     def evaluate(
@@ -510,7 +504,7 @@ def run_cases(
     ev: Evaluation,
     cases: Iterable[Case],
     recorder: RunRecorder,
-    plan_for: Callable[[Case], Plan] | None = None,
+    plan_for: Callable[[Case], ExecutionPlan] | None = None,
     evaluators: Sequence[Evaluator] | None = None,
     gold_for: Callable[[Case], Sequence[Mapping[str, Any]] | None] | None = None,
     bypass_judgment: bool = False,

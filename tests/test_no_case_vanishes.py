@@ -20,7 +20,11 @@ import pytest
 
 from pytest_oloproof import Passage, Retrieval
 from pytest_oloproof.cache.caches import Caches
-from pytest_oloproof.engine.stages import Engine, ResolvedSystem, RunGate, _Gate, cancel_task
+from pytest_oloproof.engine.attempts import AttemptDeadline as _Gate
+from pytest_oloproof.engine.attempts import CompletionLedger as RunGate
+from pytest_oloproof.engine.attempts import cancel_task
+from pytest_oloproof.engine.stages import Engine
+from pytest_oloproof.engine.system_resolution import ResolvedSystem
 from pytest_oloproof.records.identity import execution_key
 from pytest_oloproof.session import RunRecorder
 from pytest_oloproof.store.files import Store
@@ -219,7 +223,7 @@ def test_a_gate_past_its_deadline_commits_nothing() -> None:
 def test_a_closed_run_gate_lets_no_case_complete(tmp_path: Path) -> None:
     """Once an interrupted session decides its record, no case writes its execution entry any more."""
     engine, caches, _ = make_engine(ScriptedSystem(), tmp_path)
-    engine.run_gate = gate = RunGate()
+    engine.ledger = gate = RunGate()
     first = engine.execute(make_case(1))
     assert first["error"] is None
     assert list(gate.close()) == ["c001"]

@@ -339,9 +339,9 @@ class OloproofPlugin:
         self._outcomes: dict[str, tuple[dict[str, Any], Any]] = {}  # nodeid -> (record, evaluators) until reported
         self._diagnoses: dict[str, dict[str, Any]] = {}  # nodeid -> a diagnosis item's outcome until reported
         self.prefetcher: Any = None
-        self.run_gate: Any = None  # execute.RunGate: which cases completed, on the controller of a run
-        self.progress: Any = None  # prefetch.Progress, on the controller
-        self.progress_display: Any = None  # prefetch.ProgressDisplay when progress is shown
+        self.run_gate: Any = None  # engine.attempts.CompletionLedger: which cases completed, on the controller
+        self.progress: Any = None  # engine.progress.Progress, on the controller
+        self.progress_display: Any = None  # engine.progress.ProgressDisplay when progress is shown
         self._evaluators: list[Evaluator] | None = None  # as resolved by the first item (session fixtures)
         self._evaluator_error: str | None = None  # why an item could not resolve them, if one could not
         self._judging_ahead = False  # the prefetcher was told what to judge ahead of the items
@@ -793,10 +793,10 @@ class OloproofPlugin:
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
         ev.caches.hold_writes()
         ev.caches.track_keys()
-        from pytest_oloproof.engine.stages import RunGate
+        from pytest_oloproof.engine.attempts import CompletionLedger
 
         self._check_gate(ev)
-        self.run_gate = ev.engine.run_gate = RunGate()
+        self.run_gate = ev.engine.ledger = CompletionLedger()
         self._start_progress(len(items))
         if ev.cfg.settings.concurrency > 1 or ev.is_async:
             if self._gate_pending:  # no case runs before the policy is known to fit the session's criteria
@@ -816,9 +816,9 @@ class OloproofPlugin:
         return any(opt(name, None) for name in _LISTING_OPTIONS)
 
     def _start_prefetcher(self, ev: Evaluation, cases: list[Case]) -> None:
-        from pytest_oloproof.engine.prefetch import Prefetcher
+        from pytest_oloproof.engine.scheduler import Scheduler
 
-        self.prefetcher = Prefetcher(
+        self.prefetcher = Scheduler(
             ev.engine,
             cases,
             ev.cfg.settings.concurrency,
@@ -831,7 +831,7 @@ class OloproofPlugin:
 
     def _start_progress(self, total: int | None) -> None:
         """Counters on the controller; a throttled line through the terminal reporter when asked for."""
-        from pytest_oloproof.engine.prefetch import Progress, ProgressDisplay
+        from pytest_oloproof.engine.progress import Progress, ProgressDisplay
 
         if self.progress is not None:
             if total is not None:
@@ -876,7 +876,7 @@ class OloproofPlugin:
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # never the system's (the engine records those): a case all the same
-                from pytest_oloproof.engine.stages import internal_error_record
+                from pytest_oloproof.engine.error_records import internal_error_record
 
                 rec = internal_error_record(case, exc)
             rec = ev.evaluate(case, rec, evaluators)
@@ -897,16 +897,16 @@ class OloproofPlugin:
 
     def _judge_ahead(self, ev: Evaluation, evaluators: list[Evaluator]) -> None:
         """Let the prefetcher run the evaluators that may run off this thread (see prejudge.py), once."""
-        from pytest_oloproof.engine.prejudge import Prejudger, judge_threads, may_judge_ahead
+        from pytest_oloproof.engine.judging_ahead import AheadJudge, judge_threads, may_judge_ahead
 
         self._judging_ahead = True
         ahead = [i for i, e in enumerate(evaluators) if may_judge_ahead(e, ev.evaluators, ev.budget)]
         if not ahead:
             self.prefetcher.judge_ahead(None)
             return
-        prejudger = Prejudger(evaluators, ahead, ev.caches, relevance_unit=ev.relevance_unit, budget=ev.budget)
+        judge = AheadJudge(evaluators, ahead, ev.caches, relevance_unit=ev.relevance_unit, budget=ev.budget)
         threads = judge_threads([evaluators[i] for i in ahead], ev.cfg.settings.concurrency)
-        self.prefetcher.judge_ahead(prejudger, threads)
+        self.prefetcher.judge_ahead(judge, threads)
 
     def _property_name(self, criterion: str) -> str:
         """`oloproof.<criterion>`, one string object per criterion (a report keeps one per case)."""
