@@ -88,6 +88,20 @@ def test_a_base_exception_from_a_stage_is_the_cases_error(tmp_path: Path, name: 
     caches.close()
 
 
+@pytest.mark.parametrize("name", list(RAISED))
+@pytest.mark.parametrize("stage", ["retrieve", "generate"])
+def test_a_base_exception_from_a_sync_stage_sent_to_a_thread_is_the_cases_error(
+    tmp_path: Path, name: str, stage: str
+) -> None:
+    """On the event loop a sync stage runs in a thread: what it raises (GeneratorExit too) is still its error."""
+    engine, caches, _ = make_engine(_raiser(stage, name, use_async=False), tmp_path)
+    rec = asyncio.run(engine.aexecute(make_case(1)))
+    err = rec["error"]
+    assert err["reason"] == "system_error" and err["type"] == name and err["stage"] == stage, err
+    assert f"{stage}() raised {name}" in err["message"]
+    caches.close()
+
+
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
 def test_keyboard_interrupt_from_a_stage_still_stops_the_run(tmp_path: Path, use_async: bool) -> None:
     RAISED["KeyboardInterrupt"] = KeyboardInterrupt
