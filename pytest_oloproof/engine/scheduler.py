@@ -69,7 +69,8 @@ class Scheduler:
         self._executing = 0
         self._judging = 0  # executed, record not ready yet (its verdicts being judged ahead, or waiting to be)
         self._stopping = False
-        self._asked = min(self.window, len(self.cases))  # cases before this index may start (the items' view)
+        self._limit = min(self.window, len(self.cases))  # cases before this index may start (items move it on)
+        self._held = False  # the loop waits for the window to move on (only then does an item wake it)
         self._judge: AheadJudge | None = None
         self._handed = False  # the first item said what to judge ahead
         self._judge_slots = asyncio.Semaphore(1)
@@ -77,7 +78,6 @@ class Scheduler:
         self._thread: threading.Thread | None = None
         self._draining = False  # the loop's cases are done; only its default executor's shutdown is left
         # the loop's own state, touched only on its thread once it runs
-        self._limit = self._asked
         self._wake = asyncio.Event()  # a case may start: a slot freed, the window moved, or the run stops
         self._executing_tasks: set[asyncio.Task[Any]] = set()
         self._own_tasks: set[asyncio.Task[Any]] = set()  # the scheduler's: never cancelled by stopping
@@ -90,7 +90,8 @@ class Scheduler:
         loop = self._loop = asyncio.new_event_loop()
         self._told: asyncio.Future[None] = loop.create_future()  # judge_ahead was called (or the run stops)
         self._stopped: asyncio.Future[None] = loop.create_future()
-        self._threads = _DaemonThreads(loop)
+        self._threads = _DaemonThreads(loop)  # stages sent off the loop, and judges
+        self._case_threads = _DaemonThreads(loop, size=self.concurrency)  # a sync system's cases
         with self._counts:
             if self._handed:
                 self._told.set_result(None)
@@ -120,9 +121,10 @@ class Scheduler:
             self.judge_ahead(None)  # never asked to judge ahead: no record waits for it
         fut = self._records[case_id]
         limit = min(self._index[case_id] + 1 + self.window, len(self.cases))
-        if limit > self._asked:
-            self._asked = limit
-            self._call(self._move_window, limit)
+        if limit > self._limit:
+            self._limit = limit
+            if self._held:  # (the loop sets it before it looks at the limit again)
+                self._call(self._wake.set)
         while True:
             try:
                 rec = fut.result(timeout=POLL_S)
@@ -200,25 +202,31 @@ class Scheduler:
         finally:
             self._draining = True  # set on the loop's thread, so a later stop() cannot cancel the shutdown
             self._threads.close()
+            self._case_threads.close()
             try:
                 loop.run_until_complete(loop.shutdown_default_executor())
             finally:
                 loop.close()
 
     async def _main(self) -> None:
-        """Start the cases in item order, within the concurrency and the window."""
+        """Start the cases in item order, within the window (and, for an async system, the concurrency).
+
+        A sync system's cases are queued for its `concurrency` case threads, which start them in order: a
+        thread that finishes a case takes the next without waiting for the loop.
+        """
         loop = asyncio.get_running_loop()
         tasks = self._own_tasks
         tasks.add(asyncio.current_task())  # type: ignore[arg-type]
         before: asyncio.Future[None] | None = None  # the previous case's turns are taken
         for index, case in enumerate(self.cases):
-            while not self._stopping and (self._executing >= self.concurrency or index >= self._limit):
+            while not self._stopping and (self._slots_full() or index >= self._limit):
                 self._wake.clear()
-                await self._wake.wait()
-            with self._counts:
-                if self._stopping or not self._records[case.id].set_running_or_notify_cancel():
-                    break
-                self._executing += 1
+                self._held = True
+                if self._slots_full() or index >= self._limit:
+                    await self._wake.wait()
+                self._held = False
+            if self._stopping or (self.use_async and not self._started(case)):
+                break
             turns_taken: asyncio.Future[None] = loop.create_future()
             task = loop.create_task(self._run_case(case, before, turns_taken))
             before = turns_taken
@@ -228,6 +236,23 @@ class Scheduler:
         running = [t for t in tasks if t is not asyncio.current_task()]
         if running:
             await asyncio.gather(*running, return_exceptions=True)
+
+    def _slots_full(self) -> bool:
+        return self.use_async and self._executing >= self.concurrency
+
+    def _started(self, case: Case) -> bool:
+        """Count the case as executing, unless the run stopped (then it never starts)."""
+        with self._counts:
+            if self._stopping or not self._records[case.id].set_running_or_notify_cancel():
+                return False
+            self._executing += 1
+            return True
+
+    def _execute_in_thread(self, case: Case) -> dict[str, Any] | None:
+        """On a case thread: the case's whole attempt, as a sequential run makes it; None if the run stopped first."""
+        if not self._started(case):
+            return None
+        return self.engine.execute(case, NORMAL)
 
     async def _run_case(
         self, case: Case, before: asyncio.Future[None] | None, turns_taken: asyncio.Future[None]
@@ -239,8 +264,11 @@ class Scheduler:
         try:
             if self.use_async:
                 rec = await self.engine.aexecute(case, NORMAL, offload=self._threads.run)
-            else:  # the whole attempt in one thread, as a sequential run makes it: a stage's result is its own
-                rec = await self._threads.run(self.engine.execute, case, NORMAL)
+            else:  # a stage's result is its own: nothing runs between it and the snapshot the pipeline takes
+                rec = await self._case_threads.run(self._execute_in_thread, case)
+                if rec is None:  # never started: the run stopped
+                    _settle(turns_taken, None)
+                    return
         except asyncio.CancelledError:  # the run stopping
             exc = CancelledError()
         except BaseException as e:  # KeyboardInterrupt from a stage, or an Oloproof bug: the item re-raises it
@@ -348,11 +376,6 @@ class Scheduler:
             del self._turns[key]
         _settle(mine, None)
 
-    def _move_window(self, limit: int) -> None:
-        if limit > self._limit:
-            self._limit = limit
-            self._wake.set()
-
     def _on_stop(self) -> None:
         """On the loop's thread: wake whatever waits; cancel an async system's running cases.
 
@@ -384,8 +407,9 @@ class _DaemonThreads:
     be joined). Each call runs in a copy of the caller's context (usage collectors, the budget).
     """
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int | None = None) -> None:
         self._loop = loop
+        self._size = size  # at most this many threads, taking queued calls in order (None: one per call waiting)
         self._jobs: queue.SimpleQueue[tuple[asyncio.Future[Any], contextvars.Context, Any, tuple[Any, ...]] | None]
         self._jobs = queue.SimpleQueue()
         self._lock = threading.Lock()
@@ -397,11 +421,13 @@ class _DaemonThreads:
         """On the loop: call `fn(*args)` on one of the threads; a future of its result."""
         fut: asyncio.Future[Any] = self._loop.create_future()
         with self._lock:
-            spawn = self._idle == 0
-            if spawn:
-                self._started += 1
+            if self._size is not None:
+                spawn = self._started < self._size
             else:
-                self._idle -= 1
+                spawn = self._idle == 0
+                if not spawn:
+                    self._idle -= 1
+            self._started += spawn
         self._jobs.put((fut, contextvars.copy_context(), fn, args))
         if spawn:
             threading.Thread(target=self._work, name=f"oloproof-{self._started}", daemon=True).start()
@@ -418,25 +444,26 @@ class _DaemonThreads:
             except BaseException as exc:  # handed to the awaiting task
                 outcome = (False, exc)
             try:
-                self._loop.call_soon_threadsafe(_outcome, fut, outcome)
+                self._loop.call_soon_threadsafe(_settle_call, fut, outcome)
             except RuntimeError:  # the loop is closed: nobody waits for it any more
                 pass
             del job, fut, outcome
             with self._lock:
                 if self._closed:
                     return
-                self._idle += 1
+                self._idle += self._size is None  # (a fixed pool's threads take what is queued)
 
     def close(self) -> None:
         """The idle threads end now, the busy ones once their call returns."""
         with self._lock:
             self._closed = True
-            idle, self._idle = self._idle, 0
+            idle, self._idle = (self._idle if self._size is None else self._started), 0
         for _ in range(idle):
             self._jobs.put(None)
 
 
-def _outcome(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+def _settle_call(fut: asyncio.Future[Any], outcome: tuple[bool, Any]) -> None:
+    """On the loop: the result of a call made on a thread, or what it raised."""
     if fut.cancelled():
         return
     ok, value = outcome
