@@ -896,7 +896,7 @@ class OloproofPlugin:
             raise CaseFailed(case.id, [(n, dict(c)) for n, c in failed])
 
     def _judge_ahead(self, ev: Evaluation, evaluators: list[Evaluator]) -> None:
-        """Let the prefetcher run the evaluators that may run off this thread (see prejudge.py), once."""
+        """Let the scheduler run the evaluators that may run off this thread (see engine/judging_ahead.py), once."""
         from pytest_oloproof.engine.judging_ahead import AheadJudge, judge_threads, may_judge_ahead
 
         self._judging_ahead = True
