@@ -242,7 +242,7 @@ def test_judge_retries_timeouts_and_errors_hold_ahead_of_the_items(pytester: pyt
 
 
 def test_which_evaluators_may_run_ahead_and_on_how_many_threads(tmp_path: Path) -> None:
-    from pytest_oloproof.engine.prejudge import judge_threads, may_judge_ahead
+    from pytest_oloproof.engine.judging_ahead import judge_threads, may_judge_ahead
     from pytest_oloproof.evaluators.answers import Contains
     from pytest_oloproof.evaluators.judges import GroundednessJudge
     from pytest_oloproof.evaluators.providers import OpenAIProvider

@@ -20,8 +20,12 @@ import pytest
 
 from pytest_oloproof import Passage, Retrieval
 from pytest_oloproof.cache.caches import Caches
+from pytest_oloproof.engine.attempts import AttemptDeadline as _Gate
+from pytest_oloproof.engine.attempts import CompletionLedger as RunGate
+from pytest_oloproof.engine.attempts import cancel_task
 from pytest_oloproof.engine.recorder import RunRecorder
-from pytest_oloproof.engine.stages import Engine, ResolvedSystem, RunGate, _Gate, cancel_task
+from pytest_oloproof.engine.stages import Engine
+from pytest_oloproof.engine.system_resolution import ResolvedSystem
 from pytest_oloproof.records.identity import execution_key
 from pytest_oloproof.store.files import Store
 from tests.test_scale import SYSCONF, ScriptedSystem, make_case, make_engine
@@ -81,6 +85,20 @@ def test_a_base_exception_from_a_stage_is_the_cases_error(tmp_path: Path, name: 
     assert f"{stage}() raised {name}" in err["message"]
     assert rec["output"] is None
     assert caches.get("execution", execution_key(SYSCONF, case.input)) is None  # errors are never cached
+    caches.close()
+
+
+@pytest.mark.parametrize("name", list(RAISED))
+@pytest.mark.parametrize("stage", ["retrieve", "generate"])
+def test_a_base_exception_from_a_sync_stage_sent_to_a_thread_is_the_cases_error(
+    tmp_path: Path, name: str, stage: str
+) -> None:
+    """On the event loop a sync stage runs in a thread: what it raises (GeneratorExit too) is still its error."""
+    engine, caches, _ = make_engine(_raiser(stage, name, use_async=False), tmp_path)
+    rec = asyncio.run(engine.aexecute(make_case(1)))
+    err = rec["error"]
+    assert err["reason"] == "system_error" and err["type"] == name and err["stage"] == stage, err
+    assert f"{stage}() raised {name}" in err["message"]
     caches.close()
 
 
@@ -219,7 +237,7 @@ def test_a_gate_past_its_deadline_commits_nothing() -> None:
 def test_a_closed_run_gate_lets_no_case_complete(tmp_path: Path) -> None:
     """Once an interrupted session decides its record, no case writes its execution entry any more."""
     engine, caches, _ = make_engine(ScriptedSystem(), tmp_path)
-    engine.run_gate = gate = RunGate()
+    engine.ledger = gate = RunGate()
     first = engine.execute(make_case(1))
     assert first["error"] is None
     assert list(gate.close()) == ["c001"]

@@ -156,7 +156,7 @@ def test_progress_asked_for_without_a_terminal_keeps_pytests_lines_whole(project
 
 
 def test_a_refused_write_is_retried_on_the_next_tick_not_after_another_interval() -> None:
-    from pytest_oloproof.engine.prefetch import Progress, ProgressDisplay
+    from pytest_oloproof.engine.progress import Progress, ProgressDisplay
 
     now = [0.0]
     progress = Progress(10, clock=lambda: now[0])

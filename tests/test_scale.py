@@ -14,8 +14,11 @@ from oloproof_project import PROBE_CONFTEST
 
 from pytest_oloproof import Passage, Retrieval, Transient
 from pytest_oloproof.cache.caches import Caches
-from pytest_oloproof.engine.prefetch import Prefetcher, Progress, ProgressDisplay
-from pytest_oloproof.engine.stages import Engine, ResolvedSystem, _Gate
+from pytest_oloproof.engine.attempts import AttemptDeadline as _Gate
+from pytest_oloproof.engine.progress import Progress, ProgressDisplay
+from pytest_oloproof.engine.scheduler import Scheduler as Prefetcher
+from pytest_oloproof.engine.stages import Engine
+from pytest_oloproof.engine.system_resolution import ResolvedSystem
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.identity import execution_key, retrieve_key
 from pytest_oloproof.stats.aggregate import summarize_run, summary_settings

@@ -1,4 +1,4 @@
-"""Stage caches on diskcache (SPEC §5): JSON values, corrupt entries are misses, errors never stored."""
+"""Stage caches on diskcache: JSON values, corrupt entries are misses, errors never stored."""
 
 from __future__ import annotations
 

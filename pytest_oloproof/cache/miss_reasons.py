@@ -1,4 +1,4 @@
-"""Why the caches missed (SPEC §5): each miss explained against the previous run of the same system.
+"""Why the caches missed: each miss explained against the previous run of the same system.
 
 When a case misses a stage cache where the previous run of the system (the
 newest stored run with the same system name) had an entry, the reason is the

@@ -24,7 +24,8 @@ from typing import Any, cast
 
 from pytest_oloproof.engine.recorder import RunRecorder
 from pytest_oloproof.engine.setup import RunSetup, case_from_record, pricing_table, safe_settings
-from pytest_oloproof.engine.stages import Engine, Plan, ResolvedSystem
+from pytest_oloproof.engine.stages import Engine, ExecutionPlan
+from pytest_oloproof.engine.system_resolution import ResolvedSystem
 from pytest_oloproof.errors import OloproofError, StoreError
 from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of
@@ -558,32 +559,32 @@ class Diagnoser:
 
     # -- executing one case
 
-    def _plans(self, rec: Mapping[str, Any]) -> dict[str, tuple[Plan, Any, bool]]:
+    def _plans(self, rec: Mapping[str, Any]) -> dict[str, tuple[ExecutionPlan, Any, bool]]:
         cands = rec.get("retrieval") or []
         gold = (rec.get("expected") or {}).get("gold_context")
         query = rec.get("query")  # what retrieve() put in Retrieval(query=...), as recorded
-        plans: dict[str, tuple[Plan, Any, bool]] = {
-            "control": (Plan(label="control", bypass_cache=True), None, True),
+        plans: dict[str, tuple[ExecutionPlan, Any, bool]] = {
+            "control": (ExecutionPlan(label="control", bypass_cache=True), None, True),
             "gold-context": (
-                Plan(label="gold-context", recorded=cands, gold_context=gold, query=query),
+                ExecutionPlan(label="gold-context", recorded=cands, gold_context=gold, query=query),
                 gold,
                 False,
             ),
         }
         if self.request.intervention == "top-k":
             plans["replay"] = (
-                Plan(label="top-k", recorded=cands, top_k=self.request.top_k, query=query),
+                ExecutionPlan(label="top-k", recorded=cands, top_k=self.request.top_k, query=query),
                 None,
                 False,
             )
         elif self.request.intervention == "reranker":
             plans["replay"] = (
-                Plan(label="reranker", recorded=cands, reranker=self.rerank, query=query),
+                ExecutionPlan(label="reranker", recorded=cands, reranker=self.rerank, query=query),
                 None,
                 False,
             )
         if self.is_replay():
-            plans["replay-control"] = (Plan(label="replay-control", recorded=cands, query=query), None, True)
+            plans["replay-control"] = (ExecutionPlan(label="replay-control", recorded=cands, query=query), None, True)
         return plans
 
     def run_case(self, case_id: str, *, control_first: bool = True) -> dict[str, Any]:
@@ -626,7 +627,7 @@ class Diagnoser:
             "entry": entry,
         }
 
-    def _execute(self, case: Case, plan: Plan, gold: Any, bypass_judgment: bool) -> dict[str, Any]:
+    def _execute(self, case: Case, plan: ExecutionPlan, gold: Any, bypass_judgment: bool) -> dict[str, Any]:
         rec = self.engine.execute(case, plan)
         return self.ev.evaluate(case, rec, gold=gold, bypass_judgment=bypass_judgment)
 

@@ -18,7 +18,7 @@ from pytest_oloproof.store.summary import slim_case, usage_fields
 from pytest_oloproof.usage import accounting as usage
 
 from .setup import RunSetup, internal_error_case, now_iso
-from .stages import NORMAL, Plan
+from .stages import NORMAL, ExecutionPlan
 
 
 class RunRecorder:
@@ -139,7 +139,7 @@ def run_cases(
     ev: RunSetup,
     cases: Iterable[Case],
     recorder: RunRecorder,
-    plan_for: Callable[[Case], Plan] | None = None,
+    plan_for: Callable[[Case], ExecutionPlan] | None = None,
     evaluators: Sequence[Evaluator] | None = None,
     gold_for: Callable[[Case], Sequence[Mapping[str, Any]] | None] | None = None,
     bypass_judgment: bool = False,

@@ -27,15 +27,9 @@ from pytest_oloproof.records.identity import case_digest, settings_identity
 from pytest_oloproof.store.files import Store
 from pytest_oloproof.usage import accounting as usage
 
-from .stages import (
-    NORMAL,
-    Engine,
-    Plan,
-    ResolvedSystem,
-    error_record,
-    internal_error,
-    resolve_system,
-)
+from .error_records import error_record, internal_error
+from .stages import NORMAL, Engine, ExecutionPlan
+from .system_resolution import ResolvedSystem, resolve_system
 
 
 def now_iso() -> str:
@@ -106,7 +100,7 @@ class RunSetup:
     def criteria(self, evaluators: Sequence[Evaluator] | None = None) -> list[tuple[str, str]]:
         return [(e.criterion, e.kind_for(self.labels)) for e in (evaluators or self.evaluators)]
 
-    def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
+    def execute(self, case: Case, plan: ExecutionPlan = NORMAL) -> dict[str, Any]:
         return self.engine.execute(case, plan)
 
     def evaluate(

@@ -1,7 +1,9 @@
-"""One case through the stages and caches (SPEC §2, §5, §9 interventions, §11 policy).
+"""One case through the stages and caches.
 
 The pipeline is written once, as a generator that yields each call into the
-user's system; a sync driver and an async driver run it. So threads, an event
+user's system, and one driver runs it: inline (every stage called in the calling
+thread, for `Engine.execute`) or on an event loop (async stages awaited, sync ones
+through threads, for `Engine.aexecute` and the scheduler). So threads, an event
 loop, interventions and caching all share one path.
 """
 
@@ -11,140 +13,46 @@ import asyncio
 import contextlib
 import copy
 import inspect
-import threading
 import time
-import traceback
-import weakref
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_oloproof.cache.caches import Caches
-from pytest_oloproof.config.settings import LoadedConfig
-from pytest_oloproof.errors import ConfigError, ContractError, Transient
+from pytest_oloproof.cache.execution_entry import EXECUTION_ENTRY, VERDICTS, cacheable
+from pytest_oloproof.errors import ContractError
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.identity import StageKeys, canonical_json
 from pytest_oloproof.records.stored import is_candidates, is_execution_entry
 from pytest_oloproof.system.assembly import assemble
-from pytest_oloproof.system.declare import (
-    RAG_SETTINGS,
-    Passage,
-    check_reranked,
-    check_retrieval,
-    check_string_keys,
-    check_tokens,
-    load_object,
-    settings_problem,
-)
+from pytest_oloproof.system.declare import Passage, check_reranked, check_retrieval, check_string_keys, check_tokens
 from pytest_oloproof.usage.accounting import PAID_STAGES, Budget, BudgetExhausted, collect
 
+from .attempts import (
+    AttemptDeadline,
+    CompletionLedger,
+    cancelled_from_outside,
+    run_attempt_in_thread,
+    run_inline,
+)
+from .error_records import (
+    StageFailure,
+    error_record,
+    internal_error_record,
+    stage_failure,
+    text_of,
+    timeout_error,
+    user_traceback,
+)
+from .system_resolution import ResolvedSystem
 
-@dataclass
-class ResolvedSystem:
-    """The system under test with its effective settings (decorator overridden by config)."""
-
-    kind: str  # "rag" | "callable"
-    obj: Any
-    config: dict[str, Any]
-    transient: tuple[type[BaseException], ...] = (Transient,)
-
-    @property
-    def is_rag(self) -> bool:
-        return self.kind == "rag"
-
-
-def resolve_system(cfg: LoadedConfig) -> ResolvedSystem:
-    """Import the system and merge decorator settings with oloproof.yaml (the file wins)."""
-    from pytest_oloproof.config.settings import where_in
-
-    s = cfg.settings.system
-
-    def at(*loc: str) -> str:
-        return where_in(cfg.path, cfg.node, loc)
-
-    if s.rag is not None:
-        try:
-            target = load_object(s.rag.object, cfg.base_dir, what="system.rag.object")
-        except ConfigError as exc:
-            raise ConfigError(f"{at('system', 'rag', 'object')}: {exc}") from exc
-        cls = target if inspect.isclass(target) else type(target)
-        declared = dict(getattr(target, "__oloproof_rag__", None) or {})  # an adapter instance carries its own
-        if not callable(getattr(target, "retrieve", None)) or not callable(getattr(target, "generate", None)):
-            raise ConfigError(
-                f"{at('system', 'rag', 'object')}: system.rag.object: {s.rag.object!r} has no retrieve() and "
-                "generate(); "
-                "decorate a class with @rag_system or use system.object for a plain callable"
-            )
-        merged = dict(declared)
-        for key in RAG_SETTINGS:
-            value = getattr(s.rag, key)
-            if value is not None:
-                merged[key] = value
-        for key in ("name", "version"):
-            if getattr(s, key) is not None:
-                merged[key] = getattr(s, key)
-        if merged.get("depth") is None:
-            raise ConfigError(f"{at('system', 'rag')}: system.rag.depth: required (set depth in @rag_system or here)")
-        problem = settings_problem(merged)  # oloproof.yaml's values are valid: a bad one is the decorator's
-        if problem is not None:
-            raise ConfigError(
-                f"{at('system', 'rag', 'object')}: @rag_system on {s.rag.object}: {problem} "
-                "(fix the decorator or set it in oloproof.yaml)"
-            )
-        obj = _instantiate(target, s.rag.object, at("system", "rag", "object")) if inspect.isclass(target) else target
-        config = {
-            "kind": "rag",
-            "object": s.rag.object,
-            "name": merged.get("name") or cls.__name__,
-            "version": merged.get("version"),
-            "depth": merged["depth"],
-            "top_k": merged.get("top_k") or merged["depth"],
-            "token_budget": merged.get("token_budget"),
-            "index_version": merged.get("index_version"),
-        }
-        if config["token_budget"] is not None and not callable(getattr(obj, "count_tokens", None)):
-            raise ConfigError(
-                f"{at('system', 'rag', 'token_budget')}: system.rag.token_budget: set, but {s.rag.object} has no "
-                "count_tokens(passage); "
-                "add one (Oloproof never estimates tokens) or remove token_budget"
-            )
-        if config["top_k"] > config["depth"]:
-            where = at("system", "rag", "top_k") if s.rag.top_k is not None else at("system", "rag")
-            raise ConfigError(f"{where}: system.rag.top_k: {config['top_k']} is larger than depth {config['depth']}")
-        extra = tuple(getattr(obj, "transient_errors", ()) or ())
-        return ResolvedSystem("rag", obj, config, (Transient, *extra))
-    assert s.object is not None
-    try:
-        fn = load_object(s.object, cfg.base_dir, what="system.object")
-    except ConfigError as exc:
-        raise ConfigError(f"{at('system', 'object')}: {exc}") from exc
-    if not callable(fn):
-        raise ConfigError(f"{at('system', 'object')}: system.object: {s.object!r} is not callable")
-    config = {
-        "kind": "callable",
-        "object": s.object,
-        "name": s.name or getattr(fn, "__name__", "system"),
-        "version": s.version,
-    }
-    extra = tuple(getattr(fn, "transient_errors", ()) or ())
-    return ResolvedSystem("callable", fn, config, (Transient, *extra))
-
-
-def _instantiate(cls: Any, spec: str, where: str) -> Any:
-    """The system's instance; its constructor raising is a config error with the user's traceback."""
-    try:
-        return cls()
-    except KeyboardInterrupt:
-        raise
-    except BaseException as exc:
-        raise ConfigError(
-            f"{where}: system.rag.object: {spec}() raised {type(exc).__name__}: {_text_of(exc)}\n{_user_traceback(exc)}"
-        ) from exc
+#: Runs a sync stage call off the event loop: `offload(fn, *args)` (asyncio.to_thread by default).
+Offload = Callable[..., Awaitable[Any]]
 
 
 @dataclass(frozen=True)
-class Plan:
+class ExecutionPlan:
     """How to execute a case: normally, or under a diagnosis intervention."""
 
     label: str = "normal"
@@ -156,7 +64,7 @@ class Plan:
     query: Any = None  # the recorded Retrieval.query, for a replay (what a reranker receives)
 
 
-NORMAL = Plan()
+NORMAL = ExecutionPlan()
 
 
 @dataclass
@@ -165,12 +73,6 @@ class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
     usage: list[dict[str, Any]] = field(default_factory=list)  # what the call reported (set by the driver)
-
-
-class StageFailure(Exception):
-    def __init__(self, stage: str, exc: BaseException, tb: str) -> None:
-        self.stage, self.exc, self.tb = stage, exc, tb
-        super().__init__(_text_of(exc))
 
 
 @dataclass
@@ -185,14 +87,18 @@ class Engine:
     base_dir: Path | None = None
     budget: Budget | None = None  # max_cost / max_judge_calls of the run (usage.py)
     _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-    #: set by the session that records this engine's normal cases (see RunGate)
-    run_gate: RunGate | None = field(default=None, repr=False)
+    #: set by the session that records this engine's normal cases (see CompletionLedger)
+    ledger: CompletionLedger | None = field(default=None, repr=False)
     _stage_keys: tuple[dict[str, Any], StageKeys] | None = field(default=None, init=False, repr=False)
 
     # ------------------------------------------------------------ pipeline
 
     def _pipeline(
-        self, case: Case, plan: Plan, seen: dict[str, Any] | None = None, gate: _Gate | None = None
+        self,
+        case: Case,
+        plan: ExecutionPlan,
+        seen: dict[str, Any] | None = None,
+        deadline: AttemptDeadline | None = None,
     ) -> Generator[_Call, Any, dict[str, Any]]:
         sysconf = self.system.config
         rec: dict[str, Any] = {
@@ -237,9 +143,9 @@ class Engine:
         saved: dict[str, list[dict[str, Any]]] = {}  # stage -> usage of the cache entries that served it
         if not self.system.is_rag:
             output = yield _Call("call", self.system.obj, (_fresh(case.input),))
-            _check_json(output, case.id, "system", stage="call", path="output")
+            check_json(output, case.id, "system", stage="call", path="output")
             rec["output"] = _fresh(output)  # a snapshot: the system may hand out one object it edits later
-            self._commit(gate, ekey, rec, use_exec_cache, bypass)
+            self._commit(deadline, ekey, rec, use_exec_cache, bypass)
             return rec
 
         obj = self.system.obj
@@ -284,8 +190,8 @@ class Engine:
                             "metadata": dict(p.metadata) if p.metadata else None,
                         }
                     )
-                query_json = _check_json(retrieval.query, case.id, "retrieve() query", stage="retrieve", path="query")
-                text = _check_json(candidates, case.id, "retrieve() candidates", stage="retrieve")
+                query_json = check_json(retrieval.query, case.id, "retrieve() query", stage="retrieve", path="query")
+                text = check_json(candidates, case.id, "retrieve() candidates", stage="retrieve")
                 query = _fresh(retrieval.query)  # snapshots, as the cache keeps them
                 for c in candidates:
                     if c["metadata"]:
@@ -297,7 +203,7 @@ class Engine:
                 if retrieve_usage:  # kept with the entry, so a later hit counts it as saved
                     entry["usage"] = retrieve_usage
                     entry_json += f',"usage":{canonical_json(retrieve_usage)}'
-                self._put(gate, "retrieve", rkey, entry, bypass, entry_json + "}")
+                self._put(deadline, "retrieve", rkey, entry, bypass, entry_json + "}")
         if plan.reranker is not None:
             candidates = yield from self._rerank(case, plan, candidates)
         rec["retrieval"] = candidates
@@ -345,58 +251,66 @@ class Engine:
                     stage="generate",
                 )
             output = dict(output)
-            text = _check_json(output, case.id, "generate()", stage="generate", path="output")
+            text = check_json(output, case.id, "generate()", stage="generate", path="output")
             output = copy.deepcopy(output)  # a snapshot: the system may hand out one object it edits later
             rec["output"] = output
             rec["cache"]["generate"] = "miss"
             if call.usage:
                 entry_json = f'{{"output":{text},"usage":{canonical_json(call.usage)}}}'
-                self._put(gate, "generate", gkey, {"output": output, "usage": call.usage}, gen_bypass, entry_json)
+                self._put(deadline, "generate", gkey, {"output": output, "usage": call.usage}, gen_bypass, entry_json)
             else:
-                self._put(gate, "generate", gkey, {"output": output}, gen_bypass, f'{{"output":{text}}}')
+                self._put(deadline, "generate", gkey, {"output": output}, gen_bypass, f'{{"output":{text}}}')
         if saved:
             rec.setdefault("usage", {})["saved"] = {"stages": saved}
-        self._commit(gate, ekey, rec, use_exec_cache, bypass)
+        self._commit(deadline, ekey, rec, use_exec_cache, bypass)
         return rec
 
     def _put(
-        self, gate: _Gate | None, kind: str, key: str, value: Any, bypass: bool, value_json: str | None = None
+        self,
+        deadline: AttemptDeadline | None,
+        kind: str,
+        key: str,
+        value: Any,
+        bypass: bool,
+        value_json: str | None = None,
     ) -> None:
-        if gate is None:
+        if deadline is None:
             self.caches.put(kind, key, value, bypass=bypass, value_json=value_json)
         else:
-            gate.put(self.caches, kind, key, value, bypass, value_json)
+            deadline.put(self.caches, kind, key, value, bypass, value_json)
 
-    def _commit(self, gate: _Gate | None, ekey: str, rec: dict[str, Any], use_exec_cache: bool, bypass: bool) -> None:
+    def _commit(
+        self, deadline: AttemptDeadline | None, ekey: str, rec: dict[str, Any], use_exec_cache: bool, bypass: bool
+    ) -> None:
         """The case's last write: its execution entry, unless a timeout abandoned the attempt first.
 
-        Under the run's gate (when there is one), so the entry is written exactly when
+        Under the run's completion ledger (when there is one), so the entry is written exactly when
         the case is counted as completed: an interrupted run records what the next run reuses.
         """
         value = cacheable(rec) if use_exec_cache else None
-        run = self.run_gate if use_exec_cache else None
-        with run.lock if run is not None else contextlib.nullcontext():
-            if run is not None and run.closed:
+        ledger = self.ledger if use_exec_cache else None
+        with ledger.lock if ledger is not None else contextlib.nullcontext():
+            if ledger is not None and ledger.closed:
                 return  # the interrupted run's record is decided; this case did not complete in it
-            if gate is None:
+            if deadline is None:
                 stored = value is not None and self.caches.put("execution", ekey, value, bypass=bypass)
             else:
-                stored = gate.commit(self.caches, ekey, value, bypass)
+                stored = deadline.commit(self.caches, ekey, value, bypass)
             if stored:
                 rec[EXECUTION_ENTRY] = (ekey, {})
-            if run is not None and (gate is None or not gate.abandoned):
-                run.done[rec["id"]] = dict(rec)
+            if ledger is not None and (deadline is None or not deadline.abandoned):
+                ledger.done[rec["id"]] = dict(rec)
 
     def _register(self, rec: dict[str, Any]) -> None:
         """Count a normal-plan case as completed in this run (a cache hit, or an error: nothing to commit)."""
-        run = self.run_gate
-        if run is not None:
-            with run.lock:
-                if not run.closed:
-                    run.done[rec["id"]] = dict(rec)
+        ledger = self.ledger
+        if ledger is not None:
+            with ledger.lock:
+                if not ledger.closed:
+                    ledger.done[rec["id"]] = dict(rec)
 
     def _rerank(
-        self, case: Case, plan: Plan, candidates: list[dict[str, Any]]
+        self, case: Case, plan: ExecutionPlan, candidates: list[dict[str, Any]]
     ) -> Generator[_Call, Any, list[dict[str, Any]]]:
         passages = tuple(_passage(c) for c in candidates)
         # the query text retrieve() returned (Retrieval.query), as recorded: never the case's input
@@ -426,144 +340,107 @@ class Engine:
             self._stage_keys = (self.system.config, StageKeys(self.system.config))
         return self._stage_keys[1]
 
-    # ------------------------------------------------------------ drivers
+    # ------------------------------------------------------------ driving
 
-    def execute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
-        """Run one case synchronously with retries.
+    def execute(self, case: Case, plan: ExecutionPlan = NORMAL) -> dict[str, Any]:
+        """Run one case in this thread with retries (an async stage on an event loop of its own).
 
         Never raises but KeyboardInterrupt: whatever the system raises is the case's
         error, and an error in Oloproof's own code is a record with reason `internal_error`.
         """
         try:
-            rec = self._with_retries(case, plan, lambda gate: self._drive_sync(case, plan, gate))
+            rec = run_inline(self._attempts(case, plan, inline=True))
         except KeyboardInterrupt:
             raise
         except BaseException as exc:
-            rec = internal_error_record(case, exc, plan)
+            rec = internal_error_record(case, exc, plan.label)
         return self._done(rec, plan)
 
-    async def aexecute(self, case: Case, plan: Plan = NORMAL) -> dict[str, Any]:
-        """Run one case on the current event loop (async stages awaited, sync ones in threads).
+    async def aexecute(
+        self, case: Case, plan: ExecutionPlan = NORMAL, *, offload: Offload | None = None
+    ) -> dict[str, Any]:
+        """Run one case on the current event loop (async stages awaited, sync ones through `offload`'s threads).
 
         Raises only KeyboardInterrupt and the cancellation of its task; as `execute` otherwise.
         """
         try:
-            rec = await self._aexecute(case, plan)
+            rec = await self._attempts(case, plan, inline=False, offload=offload or asyncio.to_thread)
         except (KeyboardInterrupt, asyncio.CancelledError):
             raise
         except BaseException as exc:
-            rec = internal_error_record(case, exc, plan)
+            rec = internal_error_record(case, exc, plan.label)
         return self._done(rec, plan)
 
-    def _done(self, rec: dict[str, Any], plan: Plan) -> dict[str, Any]:
+    def _done(self, rec: dict[str, Any], plan: ExecutionPlan) -> dict[str, Any]:
         if rec.get("error") and (plan is NORMAL or plan.label == "normal"):
             self._register(rec)
         return rec
 
-    async def _aexecute(self, case: Case, plan: Plan) -> dict[str, Any]:
-        attempt = 0
-        earlier: dict[str, list[dict[str, Any]]] = {}
-        while True:
-            attempt += 1
-            started = time.perf_counter()
-            # the deadline holds even for a stage that blocks the loop, where wait_for cannot fire
-            gate = _Gate(time.monotonic() + self.timeout_s) if self.timeout_s else None
-            try:
-                coro = self._drive_async(case, plan, gate)
-                rec = await (asyncio.wait_for(coro, self.timeout_s) if self.timeout_s else coro)
-            except asyncio.TimeoutError:
-                if gate is not None:
-                    gate.abandon()
-                rec = self._timeout_record(case, plan)
-            if gate is not None and gate.late():
-                rec = self._timeout_record(case, plan)
-            rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
-            rec["attempts"] = attempt
-            earlier = _carry_usage(earlier, rec)
-            if not self._should_retry(rec, attempt):
-                return self._gave_up(rec, attempt)
-            await asyncio.sleep(self._backoff(attempt))
-
-    def _with_retries(self, case: Case, plan: Plan, run: Callable[[_Gate | None], dict[str, Any]]) -> dict[str, Any]:
-        attempt = 0
-        earlier: dict[str, list[dict[str, Any]]] = {}
-        while True:
-            attempt += 1
-            started = time.perf_counter()
-            if self.timeout_s:
-                rec = self._run_with_timeout(case, plan, run)
-            else:
-                with self.caches.batch():  # one commit for the stages of this attempt
-                    rec = run(None)
-            rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
-            rec["attempts"] = attempt
-            earlier = _carry_usage(earlier, rec)
-            if not self._should_retry(rec, attempt):
-                return self._gave_up(rec, attempt)
-            self._sleep(self._backoff(attempt))
-
-    def _run_with_timeout(
-        self, case: Case, plan: Plan, run: Callable[[_Gate | None], dict[str, Any]]
+    async def _attempts(
+        self, case: Case, plan: ExecutionPlan, *, inline: bool, offload: Offload = asyncio.to_thread
     ) -> dict[str, Any]:
-        """Run one attempt in a daemon thread; past `timeout_s` the case is missing with reason `timeout`.
+        """Attempts until one succeeds or fails for good: a transient error is retried `retries` times, with backoff.
 
-        A thread cannot be stopped, so the abandoned attempt runs on; its gate makes
-        sure it writes nothing to the cache after the deadline, and the execution
-        entry (the one that says "this case succeeded") is written only by an attempt
-        that finished in time.
+        `inline`: nothing here suspends (the backoff sleeps the thread), so `run_inline` runs it to its end.
         """
-        box: dict[str, Any] = {}
-        gate = _Gate(time.monotonic() + (self.timeout_s or 0.0))
+        attempt = 0
+        earlier: dict[str, list[dict[str, Any]]] = {}
+        while True:
+            attempt += 1
+            started = time.perf_counter()
+            rec = self._attempt_inline(case, plan) if inline else await self._attempt_on_loop(case, plan, offload)
+            rec.setdefault("timings", {})["total_s"] = time.perf_counter() - started
+            rec["attempts"] = attempt
+            earlier = _carry_usage(earlier, rec)
+            err = rec.get("error")
+            if not (err and err.get("transient") and attempt <= self.retries):
+                if err and err.get("transient") and attempt > 1:
+                    err["message"] = f"{err['message']} (gave up after {attempt} attempts)"
+                return rec
+            pause = float(min(self.backoff_s * (2 ** (attempt - 1)), 5.0))
+            if inline:
+                self._sleep(pause)
+            else:
+                await asyncio.sleep(pause)
 
-        def target() -> None:
-            try:
-                box["rec"] = run(gate)
-            except BaseException as exc:  # handed to the caller's thread
-                box["exc"] = exc
-
-        t = threading.Thread(target=target, name=f"oloproof-case-{case.id}", daemon=True)
-        t.start()
-        t.join(self.timeout_s)
-        if t.is_alive():
-            if gate.abandon():
-                return self._timeout_record(case, plan)
-            t.join()  # it committed at the deadline; only its return is left
-        if "exc" in box:
-            raise box["exc"]
-        if gate.late():  # finished, but after the deadline: its result is never used
-            return self._timeout_record(case, plan)
-        return box["rec"]  # type: ignore[no-any-return]
-
-    def _timeout_record(self, case: Case, plan: Plan) -> dict[str, Any]:
-        return error_record(
-            case.id,
-            plan.label,
-            {
-                "stage": "timeout",
-                "type": "Timeout",
-                "message": f"case did not finish within timeout_s={self.timeout_s}",
-                "traceback": "",
-                "transient": False,
-                "reason": "timeout",
-            },
+    def _attempt_inline(self, case: Case, plan: ExecutionPlan) -> dict[str, Any]:
+        """One attempt in this thread; under a timeout, in a daemon thread this one gives up on at the deadline."""
+        if not self.timeout_s:
+            with self.caches.batch():  # one commit for the stages of this attempt
+                return run_inline(self._drive(case, plan, None))  # type: ignore[no-any-return]
+        deadline = AttemptDeadline(time.monotonic() + self.timeout_s)
+        rec = run_attempt_in_thread(
+            lambda d: run_inline(self._drive(case, plan, d)), deadline, self.timeout_s, f"oloproof-case-{case.id}"
         )
+        return rec if rec is not None else self._timeout_record(case, plan)
 
-    def _gave_up(self, rec: dict[str, Any], attempt: int) -> dict[str, Any]:
-        err = rec.get("error")
-        if err and err.get("transient") and attempt > 1:
-            err["message"] = f"{err['message']} (gave up after {attempt} attempts)"
-        return rec
+    async def _attempt_on_loop(self, case: Case, plan: ExecutionPlan, offload: Offload) -> dict[str, Any]:
+        """One attempt on the event loop; past `timeout_s` the case is missing with reason `timeout`."""
+        if not self.timeout_s:
+            return await self._drive(case, plan, None, offload)
+        # the deadline holds even for a stage that blocks the loop, where wait_for cannot fire
+        deadline = AttemptDeadline(time.monotonic() + self.timeout_s)
+        try:
+            rec = await asyncio.wait_for(self._drive(case, plan, deadline, offload), self.timeout_s)
+        except asyncio.TimeoutError:
+            deadline.abandon()
+            return self._timeout_record(case, plan)
+        return self._timeout_record(case, plan) if deadline.late() else rec
 
-    def _should_retry(self, rec: Mapping[str, Any], attempt: int) -> bool:
-        err = rec.get("error")
-        return bool(err and err.get("transient") and attempt <= self.retries)
+    def _timeout_record(self, case: Case, plan: ExecutionPlan) -> dict[str, Any]:
+        return error_record(case.id, plan.label, timeout_error(self.timeout_s))
 
-    def _backoff(self, attempt: int) -> float:
-        return float(min(self.backoff_s * (2 ** (attempt - 1)), 5.0))
+    async def _drive(
+        self, case: Case, plan: ExecutionPlan, deadline: AttemptDeadline | None, offload: Offload | None = None
+    ) -> dict[str, Any]:
+        """One attempt: the pipeline's calls into the system, each timed, budgeted and its usage filed.
 
-    def _drive_sync(self, case: Case, plan: Plan, gate: _Gate | None = None) -> dict[str, Any]:
+        Without `offload` (inline) every stage is called in this thread, an async one on an event loop of
+        its own, so the coroutine never suspends. With it, async stages are awaited and the sync stages that
+        may block run through `offload`'s threads, so they never hold up the other cases on the loop.
+        """
         seen: dict[str, Any] = {}
-        gen = self._pipeline(case, plan, seen, gate)
+        gen = self._pipeline(case, plan, seen, deadline)
         timings: dict[str, float] = {}
         call = _Call("contract", _no_call, ())
         try:
@@ -573,65 +450,33 @@ class Engine:
                 try:
                     ticket = self._reserve(call)
                     try:
+                        # the collector is this task's (and copied into the stage thread's context)
                         with collect() as call.usage:
-                            value = call.fn(*call.args)
-                            if inspect.isawaitable(value):
-                                value = asyncio.run(_await(value))
-                    finally:
-                        self._spent(seen, call, ticket)
-                except KeyboardInterrupt:  # the one exception that stops the run
-                    raise
-                except BaseException as exc:  # SystemExit, GeneratorExit, ...: the case's error
-                    timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
-                    raise _stage_failure(call.stage, exc) from exc
-                timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
-                call = gen.send(value)
-        except StopIteration as stop:
-            rec: dict[str, Any] = stop.value
-            rec["timings"] = timings
-            return rec
-        except StageFailure as f:
-            return self._failure(
-                case, plan, f.stage, f.exc, f.tb, timings, cache=seen.get("cache"), usage=_usage_of(seen)
-            )
-        except ContractError as exc:
-            stage = exc.stage or call.stage
-            return self._failure(
-                case, plan, stage, exc, "", timings, contract=True, cache=seen.get("cache"), usage=_usage_of(seen)
-            )
-
-    async def _drive_async(self, case: Case, plan: Plan, gate: _Gate | None = None) -> dict[str, Any]:
-        seen: dict[str, Any] = {}
-        gen = self._pipeline(case, plan, seen, gate)
-        timings: dict[str, float] = {}
-        call = _Call("contract", _no_call, ())
-        try:
-            call = next(gen)
-            while True:
-                t0 = time.perf_counter()
-                try:
-                    ticket = self._reserve(call)
-                    try:
-                        # the collector is this task's (and copied into to_thread's context)
-                        with collect() as call.usage:
-                            if inspect.iscoroutinefunction(call.fn):
-                                value = await call.fn(*call.args)
-                            elif call.stage in _OFFLOADED:  # a sync stage must not block the other cases
-                                value = await asyncio.to_thread(call.fn, *call.args)
-                            else:
+                            if offload is None:
                                 value = call.fn(*call.args)
-                            if inspect.isawaitable(value):  # also a coroutine an async stage returned
-                                value = await _await(value)
+                                if inspect.isawaitable(value):
+                                    value = asyncio.run(_await(value))
+                            else:
+                                if inspect.iscoroutinefunction(call.fn):
+                                    value = await call.fn(*call.args)
+                                elif call.stage in _OFFLOADED:  # a sync stage must not block the other cases
+                                    ok, value = await offload(_outcome_of, call.fn, *call.args)
+                                    if not ok:  # raised here, not thrown in by the loop (GeneratorExit would close us)
+                                        raise value
+                                else:
+                                    value = call.fn(*call.args)
+                                if inspect.isawaitable(value):  # also a coroutine an async stage returned
+                                    value = await _await(value)
                     finally:
                         self._spent(seen, call, ticket)
                 except asyncio.CancelledError as exc:
-                    if _cancelled_from_outside(gate):  # the run stopping, or wait_for's timeout
+                    if offload is not None and cancelled_from_outside(deadline):  # the run stopping, or a timeout
                         raise
-                    raise StageFailure(call.stage, exc, _user_traceback(exc)) from exc  # raised by the stage
-                except KeyboardInterrupt:
+                    raise StageFailure(call.stage, exc, user_traceback(exc)) from exc  # raised by the stage
+                except KeyboardInterrupt:  # the one exception that stops the run
                     raise
-                except BaseException as exc:
-                    raise _stage_failure(call.stage, exc) from exc
+                except BaseException as exc:  # SystemExit, GeneratorExit, ...: the case's error
+                    raise stage_failure(call.stage, exc) from exc
                 finally:
                     timings[call.stage + "_s"] = timings.get(call.stage + "_s", 0.0) + time.perf_counter() - t0
                 call = gen.send(value)
@@ -666,7 +511,7 @@ class Engine:
     def _failure(
         self,
         case: Case,
-        plan: Plan,
+        plan: ExecutionPlan,
         stage: str,
         exc: BaseException,
         tb: str,
@@ -687,7 +532,7 @@ class Engine:
             tb = ""  # nothing of the user's ran: a traceback would only show Oloproof's frames
         else:
             reason = "system_error"
-            message = f"{stage}() raised {type(exc).__name__}: {_text_of(exc)}"
+            message = f"{stage}() raised {type(exc).__name__}: {text_of(exc)}"
         rec = error_record(
             case.id,
             plan.label,
@@ -716,179 +561,20 @@ async def _await(aw: Any) -> Any:
     return value
 
 
-_OFFLOADED = frozenset({"call", "retrieve", "generate", "reranker"})
-
-
-class _Gate:
-    """Cache writes of one attempt that may be abandoned by a timeout (§11).
-
-    Every write and the abandonment take one lock, so an attempt either commits
-    its result before the deadline decision or writes nothing after it.
-    """
-
-    __slots__ = ("abandoned", "committed", "deadline", "lock")
-
-    def __init__(self, deadline: float | None = None) -> None:
-        self.lock = threading.Lock()
-        self.abandoned = False
-        self.committed = False
-        self.deadline = deadline  # time.monotonic() past which nothing of the attempt is used
-
-    def _past(self) -> bool:
-        """Abandoned, or past the deadline (which abandons it); call with the lock held."""
-        if not self.abandoned and self.deadline is not None and time.monotonic() > self.deadline:
-            self.abandoned = True
-        return self.abandoned
-
-    def put(self, caches: Caches, kind: str, key: str, value: Any, bypass: bool, value_json: str | None = None) -> None:
-        with self.lock:
-            if not self._past():
-                caches.put(kind, key, value, bypass=bypass, value_json=value_json)
-
-    def commit(self, caches: Caches, ekey: str, value: Any, bypass: bool) -> bool:
-        """Write the execution entry (when there is one) unless abandoned; whether it was stored."""
-        with self.lock:
-            if self._past():
-                return False
-            stored = value is not None and caches.put("execution", ekey, value, bypass=bypass)
-            self.committed = True
-            return stored
-
-    def abandon(self) -> bool:
-        """Give up on the attempt; False when it already committed (its result stands)."""
-        with self.lock:
-            if self.committed:
-                return False
-            self.abandoned = True
-            return True
-
-    def late(self) -> bool:
-        """Whether the attempt's result must not be used: it did not commit before its deadline."""
-        with self.lock:
-            return not self.committed and self._past()
-
-
-class RunGate:
-    """Which normal cases of a run completed, decided under one lock with their execution entries.
-
-    A case counts as completed when its execution entry is written (or it was a
-    cache hit, or ended in an error). Once an interrupted session closes the gate,
-    no case commits any more, so its incomplete record holds exactly the completed
-    cases, which are exactly what the next run finds in the cache.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.closed = False
-        self.done: dict[str, dict[str, Any]] = {}  # case id -> its record, until the session records it
-
-    def forget(self, case_id: str) -> None:
-        """The session recorded this case (so memory stays bounded)."""
-        with self.lock:
-            self.done.pop(case_id, None)
-
-    def close(self) -> dict[str, dict[str, Any]]:
-        """No case completes from now on; the completed cases not yet recorded."""
-        with self.lock:
-            self.closed = True
-            return dict(self.done)
-
-
-#: tasks Oloproof itself cancelled (the run stopping): Python 3.10 has no `Task.cancelling()` to ask
-_CANCELLED_BY_OLOPROOF: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
-
-
-def cancel_task(task: asyncio.Task[Any]) -> None:
-    """Cancel a case's task and remember that Oloproof did, so its CancelledError is not the stage's error."""
-    _CANCELLED_BY_OLOPROOF.add(task)
-    task.cancel()
-
-
-def _cancelled_from_outside(gate: _Gate | None = None) -> bool:
-    """Whether a CancelledError is the current task being cancelled (not one a stage raised itself).
-
-    Python 3.11+ asks the task (`cancelling()`). Python 3.10 cannot, so there the cancellations
-    Oloproof makes are known instead: the run stopping (`cancel_task`) and the case's timeout
-    (`wait_for` fires once the attempt's deadline, which its gate holds, has passed).
-    """
+def _outcome_of(fn: Callable[..., Any], *args: Any) -> tuple[bool, Any]:
+    """(True, fn(*args)), or (False, what it raised): a stage's exception crosses from its thread as a value."""
     try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        return True
-    if task is None:
-        return True
-    cancelling = getattr(task, "cancelling", None)
-    if cancelling is not None:
-        return bool(cancelling())
-    if task in _CANCELLED_BY_OLOPROOF:
-        return True
-    return gate is not None and gate.deadline is not None and time.monotonic() >= gate.deadline
+        return True, fn(*args)
+    except BaseException as exc:
+        return False, exc
+
+
+#: Sync stages that may block: on the event loop they run through threads.
+_OFFLOADED = frozenset({"call", "retrieve", "generate", "reranker"})
 
 
 def _no_call() -> None:
     """Placeholder stage before the pipeline's first call into the system."""
-
-
-_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
-
-
-def _stage_failure(stage: str, exc: BaseException) -> StageFailure:
-    """The stage's error as the user raised it: a StopIteration a coroutine turned into RuntimeError is itself."""
-    cause = exc.__cause__
-    if isinstance(exc, RuntimeError) and isinstance(cause, (StopIteration, StopAsyncIteration)):
-        if _text_of(exc) == f"coroutine raised {type(cause).__name__}":
-            exc = cause
-    return StageFailure(stage, exc, _user_traceback(exc))
-
-
-def _text_of(exc: BaseException) -> str:
-    """str(exc), even for an exception whose __str__ itself raises (then says so)."""
-    try:
-        return str(exc)
-    except Exception as inner:
-        return f"<str() of the {type(exc).__name__} raised {type(inner).__name__}>"
-
-
-def _user_traceback(exc: BaseException) -> str:
-    """The traceback from the system's own code on: Oloproof's driver frames are noise to the user."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename.startswith(_PACKAGE_DIR):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
-
-
-def error_record(
-    case_id: str, plan_label: str, error: dict[str, Any], cache: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """The record of a case that produced nothing but its error (system, timeout or internal)."""
-    return {
-        "id": case_id,
-        "plan": plan_label,
-        "retrieval": None,
-        "context": None,
-        "dropped": [],
-        "context_truncated": False,
-        "output": None,
-        "error": error,
-        "cache": cache if cache is not None else {"execution": "miss", "retrieve": None, "generate": None},
-    }
-
-
-def internal_error(exc: BaseException) -> dict[str, Any]:
-    """The error entry of a case that hit an error in Oloproof's own code, with the traceback."""
-    return {
-        "stage": "oloproof",
-        "type": type(exc).__name__,
-        "message": f"internal error in Oloproof: {type(exc).__name__}: {_text_of(exc)}",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        "transient": False,
-        "reason": "internal_error",
-    }
-
-
-def internal_error_record(case: Case, exc: BaseException, plan: Plan = NORMAL) -> dict[str, Any]:
-    """A case that hit an error in Oloproof's own code: recorded, every criterion missing, with the traceback."""
-    return error_record(case.id, plan.label, internal_error(exc))
 
 
 def _passage(c: Mapping[str, Any]) -> Passage:
@@ -908,36 +594,6 @@ def _fresh(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, type(None))) else copy.deepcopy(value)
 
 
-#: In a record served by or stored in the execution cache: (key, verdict bundles); evaluation pops it.
-EXECUTION_ENTRY = "_execution_entry"
-#: The execution entry's field holding its verdict bundles (see evaluation.py), never part of a record.
-VERDICTS = "verdicts"
-
-
-def cacheable(rec: Mapping[str, Any]) -> dict[str, Any]:
-    """What the execution entry keeps of a record (with what executing it cost, when a stage reported usage)."""
-    keep = ("retrieval", "context", "dropped", "context_truncated", "output")
-    out = {k: rec[k] for k in keep}
-    if "query" in rec:
-        out["query"] = rec["query"]
-    produced = production_usage(rec)
-    if produced:
-        out["usage"] = produced
-    return out
-
-
-def production_usage(rec: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per stage, what producing the record's execution cost: calls made now plus cache entries reused."""
-    usage = rec.get("usage")
-    if not isinstance(usage, Mapping):
-        return {}
-    out: dict[str, list[dict[str, Any]]] = {}
-    for source in ((usage.get("saved") or {}).get("stages") or {}, usage.get("stages") or {}):
-        for stage, entries in source.items():
-            out.setdefault(stage, []).extend(entries)
-    return out
-
-
 def _carry_usage(earlier: dict[str, list[dict[str, Any]]], rec: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Add what earlier (failed, retried) attempts spent to this attempt's `usage.stages`; returns the total."""
     stages = (rec.get("usage") or {}).get("stages") or {}
@@ -954,7 +610,7 @@ def _usage_of(seen: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"stages": stages} if stages else None
 
 
-def _check_json(value: Any, case_id: str, what: str, *, stage: str | None = None, path: str | None = None) -> str:
+def check_json(value: Any, case_id: str, what: str, *, stage: str | None = None, path: str | None = None) -> str:
     """The value as canonical JSON, or a ContractError naming the case and the stage (also for text UTF-8
     cannot encode, which the record could not store).
 

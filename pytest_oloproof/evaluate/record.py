@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_oloproof.cache.caches import Caches
-from pytest_oloproof.engine.stages import EXECUTION_ENTRY, VERDICTS, cacheable
+from pytest_oloproof.cache.execution_entry import EXECUTION_ENTRY, VERDICTS, cacheable
 from pytest_oloproof.evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of, units_of
 from pytest_oloproof.records import fastjson
@@ -20,7 +20,7 @@ from pytest_oloproof.records.stored import in_unit_interval
 from pytest_oloproof.stats import metrics
 from pytest_oloproof.usage import accounting as usage
 
-#: Key of an execution record that holds verdicts judged ahead of its item (an `Ahead`, see prejudge.py);
+#: Key of an execution record that holds verdicts judged ahead of its item (an `Ahead`, see engine/judging_ahead.py);
 #: evaluate_record pops it and uses those verdicts instead of judging them again.
 AHEAD = "_oloproof_ahead"
 #: Missing reason of a verdict left unjudged because the session was interrupted while recording its case.
@@ -29,7 +29,7 @@ INTERRUPTED = "interrupted"
 
 @dataclass(slots=True)
 class Verdict:
-    """One evaluator's verdict on one case, judged ahead: what `_judge` returned and what it logged."""
+    """One evaluator's verdict on one case, judged ahead: what `judge_verdict` returned and what it logged."""
 
     evaluator: Evaluator
     value: CriterionValue
@@ -43,7 +43,7 @@ class Ahead:
     """Verdicts of some of a case's evaluators (by position in the list), with the input they saw."""
 
     x: EvalInput
-    digests: _Digests
+    digests: VerdictDigests
     verdicts: dict[int, Verdict] = field(default_factory=dict)
 
 
@@ -128,7 +128,7 @@ def evaluate_record(
     hits = misses = 0
     error = rec.get("error")
     entry = rec.pop(EXECUTION_ENTRY, None)
-    ahead = rec.pop(AHEAD, None)  # verdicts judged ahead of the item (prejudge.py)
+    ahead = rec.pop(AHEAD, None)  # verdicts judged ahead of the item (engine/judging_ahead.py)
     if not isinstance(ahead, Ahead) or gold is not None or bypass_judgment or error:
         ahead = None
     expected_digest = bundle_id = None
@@ -145,7 +145,7 @@ def evaluate_record(
         x, digests = ahead.x, ahead.digests
     else:
         x = eval_input(case, rec, gold) if not error else None
-        digests = _Digests(x, expected_digest) if x is not None else None
+        digests = VerdictDigests(x, expected_digest) if x is not None else None
     spent: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage entries of the calls made now
     saved: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage recorded with a cached verdict
     with caches.batch():  # the case's verdicts and its bundle in one commit
@@ -166,7 +166,7 @@ def evaluate_record(
                 misses += not hit
             else:
                 asks = ask or not asks_a_model(ev)
-                value, hit = _judge(ev, x, caches, bypass_judgment, digests, (spent, saved), ask=asks)
+                value, hit = judge_verdict(ev, x, caches, bypass_judgment, digests, (spent, saved), ask=asks)
                 hits += hit
                 misses += not hit
             criteria[ev.criterion] = value.to_json()
@@ -278,7 +278,7 @@ def _bundle(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, Any] | Non
     return {"criteria": out, "relevant_position": value["relevant_position"]}
 
 
-class _Digests:
+class VerdictDigests:
     """Digests of what evaluators read of one case, each computed once however many evaluators read it."""
 
     def __init__(self, x: EvalInput, expected: str | None = None) -> None:
@@ -314,7 +314,7 @@ def _settings_digest(ev: Evaluator) -> str:
         return digest
 
 
-def verdict_key(ev: Evaluator, digests: _Digests) -> str | None:
+def verdict_key(ev: Evaluator, digests: VerdictDigests) -> str | None:
     """The judgment-cache key of one evaluator's verdict on one case (None when it cannot be computed)."""
     try:
         return judgment_key(ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev))
@@ -322,12 +322,12 @@ def verdict_key(ev: Evaluator, digests: _Digests) -> str | None:
         return None
 
 
-def _judge(
+def judge_verdict(
     ev: Evaluator,
     x: EvalInput,
     caches: Caches,
     bypass: bool,
-    digests: _Digests | None = None,
+    digests: VerdictDigests | None = None,
     usage_log: tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]]] | None = None,
     keyed: tuple[str | None] | None = None,
     ask: bool = True,
@@ -336,7 +336,7 @@ def _judge(
 
     `ask=False`: a verdict not in the cache is missing (`interrupted`) instead of asking the evaluator.
     """
-    digests = digests or _Digests(x)
+    digests = digests or VerdictDigests(x)
     key = keyed[0] if keyed is not None else verdict_key(ev, digests)
     if key is not None:
         cached = caches.get("judgment", key, bypass=bypass)
@@ -430,7 +430,7 @@ def _log_spent(
 
 def judge_one(ev: Evaluator, x: EvalInput, caches: Caches, bypass: bool = False) -> CriterionValue:
     """One evaluator on one input through the judgment cache (validate-judge uses it too)."""
-    return _judge(ev, x, caches, bypass)[0]
+    return judge_verdict(ev, x, caches, bypass)[0]
 
 
 def failed_criteria(rec: Mapping[str, Any], evaluators: Sequence[Evaluator]) -> list[tuple[str, Mapping[str, Any]]]:

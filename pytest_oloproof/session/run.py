@@ -29,10 +29,11 @@ if TYPE_CHECKING:  # the core loads when a run is asked for, not whenever a face
     from pytest_oloproof.compare.comparison import SessionGate
     from pytest_oloproof.config.settings import LoadedConfig
     from pytest_oloproof.diagnose.diagnosis import Diagnoser
-    from pytest_oloproof.engine.prefetch import Prefetcher, Progress, ProgressDisplay
+    from pytest_oloproof.engine.attempts import CompletionLedger
+    from pytest_oloproof.engine.progress import Progress, ProgressDisplay
     from pytest_oloproof.engine.recorder import RunRecorder
+    from pytest_oloproof.engine.scheduler import Scheduler
     from pytest_oloproof.engine.setup import RunSetup
-    from pytest_oloproof.engine.stages import RunGate
     from pytest_oloproof.evaluators.base import Evaluator
     from pytest_oloproof.evaluators.registry import Registry
     from pytest_oloproof.records.cases import Case
@@ -128,8 +129,8 @@ class RunSession:
         self.setup: RunSetup | None = None
         self.recorder: RunRecorder | None = None
         self.record: RunRecord | None = None
-        self.prefetcher: Prefetcher | None = None
-        self.run_gate: RunGate | None = None  # which cases completed, on the controller of a run
+        self.scheduler: Scheduler | None = None
+        self.ledger: CompletionLedger | None = None  # which cases completed, on the controller of a run
         self.progress: Progress | None = None
         self.progress_display: ProgressDisplay | None = None
         self.evaluators: list[Evaluator] | None = None  # as the face resolved them (session fixtures)
@@ -334,7 +335,7 @@ class RunSession:
             raise CannotStart(f"Oloproof cannot start: {exc}") from exc
         cases, self._deferred_cases = self._deferred_cases, None
         if cases is not None:
-            self._start_prefetcher(setup, cases)
+            self._start_scheduler(setup, cases)
 
     def check_metadata_markers(self, cases: Sequence[Case], registered: set[str]) -> None:
         """Refuse a metadata value that would become a marker someone else registered (raises ConfigError).
@@ -398,24 +399,24 @@ class RunSession:
         # (xdist workers do neither: they must see each other's entries as soon as they are written)
         setup.caches.hold_writes()
         setup.caches.track_keys()
-        from pytest_oloproof.engine.stages import RunGate
+        from pytest_oloproof.engine.attempts import CompletionLedger
 
         self._check_gate(setup)
-        self.run_gate = setup.engine.run_gate = RunGate()
+        self.ledger = setup.engine.ledger = CompletionLedger()
         self.start_progress(len(cases))
         if setup.cfg.settings.concurrency > 1 or setup.is_async:
             if self._gate_pending:  # no case runs before the policy is known to fit the session's criteria
                 self._deferred_cases = cases
             else:
-                self._start_prefetcher(setup, cases)
+                self._start_scheduler(setup, cases)
 
-    def _start_prefetcher(self, setup: RunSetup, cases: list[Case]) -> None:
-        from pytest_oloproof.engine.prefetch import Prefetcher
+    def _start_scheduler(self, setup: RunSetup, cases: list[Case]) -> None:
+        from pytest_oloproof.engine.scheduler import Scheduler
 
-        self.prefetcher = Prefetcher(
+        self.scheduler = Scheduler(
             setup.engine, cases, setup.cfg.settings.concurrency, use_async=setup.is_async, progress=self.progress
         )
-        self.prefetcher.start()
+        self.scheduler.start()
         # while the cases wait on the system, import what the summary at the end computes with
         threading.Thread(target=self._warm_up, name="oloproof-warm-up", daemon=True).start()
 
@@ -435,7 +436,7 @@ class RunSession:
 
     def start_progress(self, total: int | None) -> None:
         """Counters on the controller; a throttled line through the face when it shows one."""
-        from pytest_oloproof.engine.prefetch import Progress, ProgressDisplay
+        from pytest_oloproof.engine.progress import Progress, ProgressDisplay
 
         if self.progress is not None:
             if total is not None:
@@ -459,33 +460,33 @@ class RunSession:
         setup = self.prepare()
         self.evaluators = evaluators
         self._check_resolved_gate(setup, evaluators)
-        if self.prefetcher is not None and not self._judging_ahead:
-            self._judge_ahead(setup, self.prefetcher, evaluators)
+        if self.scheduler is not None and not self._judging_ahead:
+            self._judge_ahead(setup, self.scheduler, evaluators)
         with setup.caches.batch():  # one cache commit for the case's stages and verdicts
             try:
-                if self.prefetcher is not None and self.prefetcher.has(case.id):
-                    rec = self.prefetcher.result(case.id, tick=self.tick)
+                if self.scheduler is not None and self.scheduler.has(case.id):
+                    rec = self.scheduler.result(case.id, tick=self.tick)
                 else:
                     rec = setup.execute(case)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # never the system's (the engine records those): a case all the same
-                from pytest_oloproof.engine.stages import internal_error_record
+                from pytest_oloproof.engine.error_records import internal_error_record
 
                 rec = internal_error_record(case, exc)
             return setup.evaluate(case, rec, evaluators)
 
-    def _judge_ahead(self, setup: RunSetup, prefetcher: Prefetcher, evaluators: list[Evaluator]) -> None:
-        """Let the look-ahead run the evaluators that may run off this thread (see prejudge.py), once."""
-        from pytest_oloproof.engine.prejudge import Prejudger, judge_threads, may_judge_ahead
+    def _judge_ahead(self, setup: RunSetup, scheduler: Scheduler, evaluators: list[Evaluator]) -> None:
+        """Let the look-ahead run the evaluators that may run off this thread (see engine/judging_ahead.py), once."""
+        from pytest_oloproof.engine.judging_ahead import AheadJudge, judge_threads, may_judge_ahead
 
         self._judging_ahead = True
         ahead = [i for i, e in enumerate(evaluators) if may_judge_ahead(e, setup.evaluators, setup.budget)]
         if not ahead:
-            prefetcher.judge_ahead(None)
+            scheduler.judge_ahead(None)
             return
-        prejudger = Prejudger(evaluators, ahead, setup.caches, relevance_unit=setup.relevance_unit, budget=setup.budget)
-        prefetcher.judge_ahead(prejudger, judge_threads([evaluators[i] for i in ahead], setup.cfg.settings.concurrency))
+        judge = AheadJudge(evaluators, ahead, setup.caches, relevance_unit=setup.relevance_unit, budget=setup.budget)
+        scheduler.judge_ahead(judge, judge_threads([evaluators[i] for i in ahead], setup.cfg.settings.concurrency))
 
     def describe(self, evaluators: list[Evaluator]) -> list[dict[str, Any]]:
         """The evaluators' description, computed once while they are the same (session) objects."""
@@ -511,11 +512,11 @@ class RunSession:
             self.store_error = exc
             self.face.stop(redact(f"oloproof: {exc}"))
             return False
-        if self.run_gate is not None:
-            self.run_gate.forget(rec["id"])
+        if self.ledger is not None:
+            self.ledger.forget(rec["id"])
         if self.progress is None:  # under xdist the controller collects nothing
             self.start_progress(None)
-        if self.prefetcher is None and self.progress is not None:  # the look-ahead counts the cases it executes
+        if self.scheduler is None and self.progress is not None:  # the look-ahead counts the cases it executes
             self.progress.add(rec)
         return True
 
@@ -544,10 +545,10 @@ class RunSession:
         """Ctrl-C (or SIGTERM, `terminated`) reached the face."""
         self.interrupted = True
         self.terminated = self.terminated or terminated
-        if self.terminated and self.prefetcher is not None:
+        if self.terminated and self.scheduler is not None:
             # at once, not at finish: the face renders the interruption first (seconds, on a busy machine),
             # and the judge threads would go on asking judges all that time
-            self.prefetcher.stop(grace_s=0.0, judges=False)
+            self.scheduler.stop(grace_s=0.0, judges=False)
 
     # -- finish
 
@@ -584,8 +585,8 @@ class RunSession:
     def _finish(self, end: RunEnd, cases: Iterable[Case | None]) -> int:
         status = end.exitstatus
         interrupted = self.interrupted or end.interrupted
-        if self.prefetcher is not None:
-            self._stop_prefetcher(self.prefetcher, interrupted)
+        if self.scheduler is not None:
+            self._stop_scheduler(self.scheduler, interrupted)
         if self.options.is_worker:
             return status
         if end.internal_error:
@@ -725,7 +726,7 @@ class RunSession:
             return
         self.summary_lines.append(f"HTML report: {path}")
 
-    def _stop_prefetcher(self, prefetcher: Prefetcher, interrupted: bool) -> None:
+    def _stop_scheduler(self, scheduler: Scheduler, interrupted: bool) -> None:
         """Start no new case; on interruption, give running ones a short grace period to finish.
 
         A second Ctrl-C ends the wait. What completed is recorded by `_record_unrecorded`,
@@ -734,16 +735,16 @@ class RunSession:
         """
         grace = PREFETCH_GRACE_S if interrupted else 0.0
         judges = not self.terminated  # after SIGTERM only the executing cases are waited for, never a judge
-        running = prefetcher.running if judges else prefetcher.executing
+        running = scheduler.running if judges else scheduler.executing
         if interrupted and running:
             self.face.say(
                 f"oloproof: interrupted; waiting up to {grace:.0f} s for {running} running case(s) "
                 "(Ctrl-C again to stop now)"
             )
         try:
-            prefetcher.stop(grace_s=grace, judges=judges)
+            scheduler.stop(grace_s=grace, judges=judges)
         except KeyboardInterrupt:
-            prefetcher.stop(grace_s=0.0)
+            scheduler.stop(grace_s=0.0)
 
     def _record_unrecorded(self, cases: Iterable[Case | None]) -> None:
         """Record the cases that completed but whose item never reported them (Ctrl-C, -x).
@@ -751,7 +752,7 @@ class RunSession:
         Closing the run's gate stops any further case from completing (committing its
         execution entry), so the record then holds exactly the cases the next run reuses.
         """
-        gate, self.run_gate = self.run_gate, None
+        gate, self.ledger = self.ledger, None
         if gate is None:
             return
         done = gate.close()
@@ -782,7 +783,7 @@ class RunSession:
                 else f"oloproof: terminated; recording {len(left)} completed case(s) with the verdicts already "
                 "judged (no judge is asked)"
             )
-        prefetcher = self.prefetcher
+        scheduler = self.scheduler
         # Only the judging is interrupted by Ctrl-C: a Ctrl-C landing anywhere else (while a record is
         # written, say) would lose that case and every one after it; it is noted, and stops the judging
         with NotedInterrupts() as interrupts:
@@ -798,7 +799,7 @@ class RunSession:
                         with interrupts.raised():
                             # the look-ahead's own record carries what was judged ahead of the item (waited
                             # for while a judge thread still asks for a verdict of it: no judge is asked twice)
-                            ahead = prefetcher.settled(case.id, wait=True) if prefetcher is not None else None
+                            ahead = scheduler.settled(case.id, wait=True) if scheduler is not None else None
                             source = ahead or kept
                             kept = dict(source)  # evaluate pops what was judged ahead: kept for a second attempt
                             rec = setup.evaluate(case, source, evaluators, ask=True)
@@ -808,8 +809,8 @@ class RunSession:
                 if stopped_here or interrupts.noted:
                     self.interrupted, ask = True, False
                 if rec is None:
-                    if not stopped_here and prefetcher is not None:
-                        kept = prefetcher.settled(case.id, wait=False) or kept
+                    if not stopped_here and scheduler is not None:
+                        kept = scheduler.settled(case.id, wait=False) or kept
                     rec = setup.evaluate(case, dict(kept), evaluators, ask=False)
                 recorder = self._recorder()
                 assert recorder is not None
