@@ -8,6 +8,6 @@ every `oloproof` command), `markdown.py` the CI step summary, `junit.py` the JUn
 for its plots). The computing folders (diagnose/, compare/, usage/, stats/) return data; the words
 shown to people are written here, except those stored inside a record.
 
-May import: everything in the core (session, diagnose, compare, engine and below). Never pytest,
-never pytest_plugin or cli: both faces call these renderers.
+May import: everything in the core (diagnose, compare, engine and below). Never pytest, the session,
+pytest_plugin or cli: the session and both faces call these renderers.
 """

@@ -1,8 +1,10 @@
 """The session: one run's lifecycle (prepare, start, one case at a time, interrupt, finish), used by both faces.
 
-The pytest plugin's hooks and the `oloproof` command drive a `RunSession`; what only a face can do (fixtures,
-items, the terminal, rendering) reaches it through `Face`. May import every core folder (diagnose, compare,
-engine and below); never pytest, the plugin, the CLI or report.
+The pytest plugin's hooks drive a `RunSession` (and `oloproof run` is pytest with the plugin, reading the
+session's outcome); what only pytest can do (the evaluator registry its plugins fill, the terminal, stopping the
+session, JUnit properties) reaches it through `Face`. At the finish it writes the run record, the decision and
+the reports through report/'s renderers. May import report/ and every core folder; never pytest, the plugin or
+the CLI.
 """
 
 from __future__ import annotations
