@@ -28,7 +28,7 @@ from pytest_oloproof.records.shapes import DecisionDoc, RunRecord
 from pytest_oloproof.stats.aggregate import compute_metrics, missing_at_worst
 from pytest_oloproof.store.files import Store
 
-from .comparison import recorded_kind
+from .paired import judge_gate, paired_interval, recorded_kind, worst_bounds
 from .policy import (
     FAIL,
     INSUFFICIENT,
@@ -86,8 +86,6 @@ def decide_rows(
     store: Store | None,
 ) -> list[dict[str, Any]]:
     """One row per single-run decision of the policy, read from the run's cases."""
-    from .comparison import judge_gate
-
     p = policy.policy
     rows = []
     cases = sorted(record.get("cases") or [], key=lambda c: c["id"])
@@ -312,8 +310,6 @@ def plan_comparison(
     reason: str,
 ) -> str:
     """One line for an undecided comparison decision: how many pairs would decide it (see the module's docstring)."""
-    from .comparison import paired_interval, worst_bounds
-
     if reason != INTERVAL_OVERLAPS_MARGIN:
         return f"not a question of sample size ({reason})"
     rule = d.rule

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 
@@ -18,10 +18,21 @@ if TYPE_CHECKING:
     from pytest_oloproof.engine.setup import RunSetup
     from pytest_oloproof.evaluators.base import Evaluator
     from pytest_oloproof.records.cases import Case
+    from pytest_oloproof.session import RunSession
 
-    from .plugin import OloproofPlugin
 
-PLUGIN_KEY = pytest.StashKey["OloproofPlugin"]()
+class CasePlugin(Protocol):
+    """What the collector and the items need of the session's plugin (plugin.OloproofPlugin)."""
+
+    config: pytest.Config
+    run: RunSession
+    cannot_start: set[str]
+    fixture_names: list[str]
+
+    def run_item(self, request: pytest.FixtureRequest, item: CaseItem) -> None: ...
+
+
+PLUGIN_KEY = pytest.StashKey[CasePlugin]()
 
 
 class ConfigCollectError(Exception):
@@ -145,7 +156,7 @@ class CaseItem(pytest.Function):
         return redacted_repr(super().repr_failure(excinfo))
 
 
-def make_items(plugin: OloproofPlugin, parent: OloproofFile, setup: RunSetup) -> Generator[CaseItem, None, None]:
+def make_items(plugin: CasePlugin, parent: OloproofFile, setup: RunSetup) -> Generator[CaseItem, None, None]:
     """One item per case (a diagnosis: per failed case of the run), after the metadata markers are checked."""
     config, run = plugin.config, plugin.run
     markers = setup.cfg.settings.markers
@@ -234,7 +245,7 @@ def _mark_case(config: pytest.Config, item: pytest.Item, case: Case, markers: Se
     item.extra_keyword_matches.add(case.id)
 
 
-def fixture_module(plugin: OloproofPlugin, names: Sequence[str]) -> Any:
+def fixture_module(plugin: CasePlugin, names: Sequence[str]) -> Any:
     """Each configured evaluator as a session fixture named after its criterion (a conftest fixture of the
     same name overrides it: registered before conftest files are parsed)."""
     import types
