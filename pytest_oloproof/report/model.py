@@ -33,7 +33,7 @@ from .text import (
     miss_lines,
     usage_lines,
 )
-from .views import CaseView, DiagnosisView, RunView
+from .views import CaseView, DiagnosisView, RunView, criterion_failures
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
 _STATUS_CODE = {"observed": "o", "missing": "m", "excluded": "x"}
@@ -61,17 +61,7 @@ def _num(x: Any) -> float | None:
 
 def case_failed(case: Mapping[str, Any], asserts: set[str]) -> bool:
     """As pytest judged the case's item: a system error, or an asserting criterion failed or missing."""
-    if case.get("error"):
-        return True
-    for name in asserts:
-        c = (case.get("criteria") or {}).get(name)
-        if not c:
-            continue
-        if c.get("status") == "missing":
-            return True
-        if c.get("status") == "observed" and (_num(c.get("value")) or 0.0) < 1.0:
-            return True
-    return False
+    return bool(case.get("error")) or bool(criterion_failures(case, asserts))
 
 
 def grades_of(case: Mapping[str, Any], unit: str) -> dict[Any, int] | None:

@@ -10,7 +10,7 @@ reads a record the others do not, and none says what the others do not.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -78,6 +78,21 @@ class FailedCase:
     what: list[str]
 
 
+def criterion_failures(case: Mapping[str, Any], asserts: Iterable[str]) -> list[str]:
+    """The case's asserting criteria that failed its pytest item: below 1 (`name`) or missing (`name missing (why)`)."""
+    what = []
+    criteria = case.get("criteria") or {}
+    for name in asserts:
+        c = criteria.get(name)
+        if not c:
+            continue
+        if c.get("status") == "observed" and c.get("value") is not None and c["value"] < 1.0:
+            what.append(name)
+        elif c.get("status") == "missing":
+            what.append(f"{name} missing ({c.get('reason')})")
+    return what
+
+
 def failed_cases(record: Mapping[str, Any]) -> list[FailedCase]:
     """The failed cases of a run record, in the record's order."""
     out: list[FailedCase] = []
@@ -89,16 +104,7 @@ def failed_cases(record: Mapping[str, Any]) -> list[FailedCase]:
                 FailedCase(case["id"], [f"system error{' in ' + stage if stage else ''}: {error.get('message', '')}"])
             )
             continue
-        what = []
-        criteria = case.get("criteria") or {}
-        for name in asserting(record):
-            c = criteria.get(name)
-            if not c:
-                continue
-            if c.get("status") == "observed" and c.get("value") is not None and c["value"] < 1.0:
-                what.append(name)
-            elif c.get("status") == "missing":
-                what.append(f"{name} missing ({c.get('reason')})")
+        what = criterion_failures(case, asserting(record))
         if what:
             out.append(FailedCase(case["id"], what))
     return out

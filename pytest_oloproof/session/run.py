@@ -40,14 +40,12 @@ if TYPE_CHECKING:  # the core loads when a run is asked for, not whenever a face
 
 #: a comparison the session made: its id, document and the baseline's record
 Comparison = tuple[str, Mapping[str, Any], Mapping[str, Any] | None]
-#: a decision of the run alone: its id and document
-Decision = tuple[str, Mapping[str, Any]]
 #: the name the session is registered under in pytest's plugin manager, where `oloproof run` reads its outcome
 SESSION_PLUGIN_NAME = "oloproof-run"
 #: A long session (this many case items or more) freezes the collector's view of what collection built.
 LONG_SESSION_MIN_ITEMS = 1000
 #: Seconds an interrupted session waits for cases already running ahead of their items.
-PREFETCH_GRACE_S = 10.0
+SCHEDULER_GRACE_S = 10.0
 
 
 class CannotStart(OloproofError):
@@ -733,7 +731,7 @@ class RunSession:
         which also makes sure nothing completes after that, so the incomplete run says
         exactly what the next run will reuse.
         """
-        grace = PREFETCH_GRACE_S if interrupted else 0.0
+        grace = SCHEDULER_GRACE_S if interrupted else 0.0
         judges = not self.terminated  # after SIGTERM only the executing cases are waited for, never a judge
         running = scheduler.running if judges else scheduler.executing
         if interrupted and running:
