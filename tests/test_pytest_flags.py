@@ -384,7 +384,7 @@ def test_after_sigterm_the_judges_ahead_stop_at_once(tmp_path: Path) -> None:
             text=True,
         )
         try:
-            assert server.wait_for_requests(5) == 5
+            assert server.wait_for_requests(5) >= 5  # more may arrive before the waiter wakes
             proc.send_signal(signal.SIGTERM)
             out, _ = proc.communicate(timeout=120)
         finally:
