@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from staged_helpers import case, rag_project, run_records
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+CLI_GUIDE = Path(__file__).resolve().parent.parent / "docs" / "guides" / "cli.md"
 
 
 def oloproof(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -96,7 +96,7 @@ def test_run_selecting_no_case_exits_5_as_documented(pytester: pytest.Pytester) 
     rag_project(pytester, [case("c1")])
     proc = oloproof(pytester.path, "run", "-p", "no:cacheprovider", "-k", "nomatch")
     assert proc.returncode == 5, proc.stdout + proc.stderr
-    table = README.read_text(encoding="utf-8").split("### Exit codes", 1)[1].split("\n#", 1)[0]
+    table = CLI_GUIDE.read_text(encoding="utf-8").split("## Exit codes", 1)[1].split("\n#", 1)[0]
     assert "| 5 |" in table and "no case" in table
 
 

@@ -1,6 +1,7 @@
 """The figures the documentation prints are the program's output: the support_rag walk-through is run through
 real subprocesses (run, release policy, gate, plan, diagnose, replays, budget 120, compare) and every printed
-block of its README — and the top-level README's copies of them — must match it line by line (ids excepted)."""
+block of its README — and the documentation site's copies of them (docs/) — must match it line by line (ids
+excepted)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,14 @@ from pytest_oloproof.store.files import Store
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "support_rag"
+DOCS = ROOT / "docs"
+
+
+def docs_text() -> str:
+    """Every page of the documentation site, one after the other (the copies may move between pages)."""
+    return "\n".join(p.read_text(encoding="utf-8") for p in sorted(DOCS.rglob("*.md")))
+
+
 # what the docs may leave out: ids (run_…, sha256:…) and "..." for a path or an elided part of a line
 MASKS = re.compile(r"run_(?:[0-9A-Z]{26}|…)|sha256:[0-9a-f]*…?| ?\.\.\.")
 
@@ -158,8 +167,8 @@ def test_the_example_readme_prints_what_the_program_prints(walk: dict[str, str],
         assert_printed([x for x in doc if x.startswith(("Decision", "  ", "Gate:"))], walk["gate"])
 
 
-def test_the_top_level_readme_prints_what_the_program_prints(walk: dict[str, str]) -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_documentation_site_prints_what_the_program_prints(walk: dict[str, str]) -> None:
+    text = docs_text()
     tables = [b for b in blocks(text) if b[0].startswith("┌─") and any("ndcg_at_6 " in x for x in b)]
     assert len(tables) >= 2  # the tour and the metrics table
     for table in tables:
@@ -175,7 +184,7 @@ def test_the_top_level_readme_prints_what_the_program_prints(walk: dict[str, str
     assert_printed(notes, walk["compare_graded"])
 
 
-def test_the_top_level_readme_missing_pair_line_is_the_exact_interval() -> None:
+def test_the_docs_missing_pair_line_is_the_exact_interval() -> None:
     """Its inline example (9 of 12 candidates pass, every baseline passed, one pair missing) as the exact paired
     interval gives it; the CLI prints the same line in tests/test_release.py."""
     iv = stats.paired_rate_interval(0, 3, 12)
@@ -185,13 +194,13 @@ def test_the_top_level_readme_missing_pair_line_is_the_exact_interval() -> None:
     line = (
         f"-25.0 points [{lo:+.1f}, {hi:+.1f}] · 12 paired · 1 missing · with missing at worst: [{wlo:+.1f}, {whi:+.1f}]"
     )
-    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     assert line in text
 
 
-def test_the_top_level_readme_prints_thirteen_perfect_scores_as_the_mixture_does() -> None:
+def test_the_docs_print_thirteen_perfect_scores_as_the_mixture_does() -> None:
     iv = stats.mean_interval([1.0] * 13)
     low, high = stats.round_outward(iv.low, iv.high, 3)
-    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    text = " ".join(docs_text().split())
     assert f"thirteen perfect nDCGs print [{low:.3f}, {high:.3f}]" in text
     assert f"printed [{low:.3f}, {high:.3f}]" in text

@@ -499,7 +499,7 @@ def test_langchain_usage_metadata_reaches_the_tokens_line_through_a_str_output_p
     assert system["cost"] == pytest.approx(8 * (20 * 1.0 + 10 * 0.5 + 4 * 2.0) / 1e6, abs=1e-12)
     result.stdout.fnmatch_lines(
         ["Tokens: judges 0 calls; system 8 calls, 240 in / 32 out (80 cached in), ~$0.00026; saved nothing"]
-    )  # the line the README quotes
+    )  # the line docs/guides/cost.md quotes
     result, again = report(pytester, "r2.json")  # served by the cache: what it saved
     result.stdout.fnmatch_lines(
         ["Tokens: judges 0 calls; system none reported; saved 8 system calls, 272 tokens, ~$0.00026"]

@@ -320,15 +320,14 @@ def judge(messages):
     }
 
 
-def test_every_judge_example_in_the_readme_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_judge_example_in_the_judges_guide_builds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     import yaml
 
     from pytest_oloproof.config.settings import EvaluatorSettings
     from pytest_oloproof.evaluators.registry import Registry
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme.split("\n## LLM judges", 1)[1].split("\n## ", 1)[0]
+    section = (Path(__file__).parents[1] / "docs" / "guides" / "judges.md").read_text(encoding="utf-8")
     blocks = re.findall(r"```yaml\n(.*?)```", section, re.DOTALL)
     entries = []
     for block in blocks:
@@ -338,7 +337,7 @@ def test_every_judge_example_in_the_readme_builds(tmp_path: Path, monkeypatch: p
     (tmp_path / "my_judges.py").write_text('def grounded(messages):\n    return \'{"verdict": "pass"}\'\n')
     registry = Registry()
     for i, entry in enumerate(entries):
-        built = registry.build(EvaluatorSettings.model_validate(entry), i, "README.md", tmp_path, is_rag=True)
+        built = registry.build(EvaluatorSettings.model_validate(entry), i, "judges.md", tmp_path, is_rag=True)
         assert built.settings()["provider"]["model"] == entry.get("model")
 
 

@@ -9,7 +9,7 @@ from staged_helpers import assert_nothing_written, by_id, case, config_text, las
 
 from pytest_oloproof import Passage, Retrieval, rag_system
 
-# ------------------------------------------------------------------ the API as the README declares it
+# ------------------------------------------------------------------ the API as docs/guides/systems.md declares it
 
 
 def test_passage_and_retrieval_are_immutable_with_the_spec_fields() -> None:
