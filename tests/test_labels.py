@@ -14,6 +14,7 @@ import pytest
 
 from pytest_oloproof.compare.policy import load_policy
 from pytest_oloproof.errors import ConfigError
+from pytest_oloproof.report.fmt import fmt_interval
 from pytest_oloproof.stats.ppi import corrected_rate
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "support_rag"
@@ -212,7 +213,8 @@ def test_a_corrected_decision_needs_labels_and_then_reads_the_corrected_interval
     assert proc.returncode == 0, proc.stdout + proc.stderr
     expected = corrected_rate([1.0] * 13, [1.0] * 8, [1.0] * 8)
     assert expected.low > 0.10
-    assert "judge-corrected [18.5%, 100.0%] (8 labels of 13 judged)  PASS" in proc.stdout
+    shown = fmt_interval("rate", expected.low, expected.high)
+    assert f"judge-corrected {shown} (8 labels of 13 judged)  PASS" in proc.stdout
     # without `corrected`, the same judge is not validated: the judge's own rate cannot decide
     (root / "q.yaml").write_text("decisions:\n  - {name: g, criterion: grounded, test: minimum, threshold: 0.10}\n")
     assert "judge_not_validated" in oloproof(root, "gate", run_id, "--policy", "q.yaml").stdout

@@ -2,27 +2,21 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from scipy.stats import binomtest
 
+from pytest_oloproof.stats.intervals import paired_rate_interval
 from pytest_oloproof.stats.ppi import corrected_bounds_rows, corrected_rate
 
 
-def _mixture_lower_by_scan(y: list[float], alpha: float) -> float:
-    """The betting mixture's lower bound by a plain scan over m (SPEC §7's formula, written out)."""
-    fractions = [k / 21 for k in range(1, 21)]
-    best = 0.0
-    for step in range(1, 100_000):
-        m = step / 100_000
-        capital = sum(math.prod(1 - f + f * v / m for v in y) for f in fractions) / 20
-        if capital >= 2 / alpha:
-            best = m
-        else:
-            break
-    return best
+def test_hand_computed_from_the_specs_figures() -> None:
+    """At confidence 0.90 each part is a 95% interval whose value SPEC §7/§10 prints: 13/13 judge passes
+    → Clopper–Pearson [75.29%, 100%]; 13 labelled pairs with no disagreement → exact paired ±24.7 points."""
+    r = corrected_rate([1.0] * 13, [1.0] * 13, [1.0] * 13, 0.90)
+    assert (r.value, r.judge_rate, r.rectifier) == (1.0, 1.0, 0.0)
+    assert r.low == pytest.approx(0.752947 - 0.2470, abs=5e-4)
+    assert r.high == 1.0
 
 
 def test_hand_computed_case() -> None:
@@ -35,12 +29,10 @@ def test_hand_computed_case() -> None:
     assert (r.judged, r.labelled) == (10, 4)
     # judge: exact Clopper–Pearson at 97.5% (scipy's root-finding form, independent of ours)
     cp = binomtest(8, 10).proportion_ci(confidence_level=0.975, method="exact")
-    # rectifier (r + 1)/2 = [0.5, 0, 0.5, 0.5]: the mixture at 97.5% by a plain scan
-    y = [0.5, 0.0, 0.5, 0.5]
-    y_low = _mixture_lower_by_scan(y, 0.025)
-    y_high = 1 - _mixture_lower_by_scan([1 - v for v in y], 0.025)
-    assert r.low == pytest.approx(max(0.0, cp.low + 2 * y_low - 1), abs=2e-5)
-    assert r.high == pytest.approx(min(1.0, cp.high + 2 * y_high - 1), abs=2e-5)
+    # rectifier: 0 pairs human-only, 1 judge-only of 4: the exact paired interval at 97.5%
+    pair = paired_rate_interval(0, 1, 4, 0.975)
+    assert r.low == pytest.approx(max(0.0, cp.low + pair.low), abs=1e-9)
+    assert r.high == pytest.approx(min(1.0, cp.high + pair.high), abs=1e-9)
     assert r.low < r.value < r.high
 
 

@@ -274,9 +274,7 @@ def corrected_for(
     judge = [verdict[row["id"]] for row in doc["labels"]]
     confidence = float(run.get("confidence") or 0.95)
     try:
-        r: CorrectedRate = corrected_rate(
-            list(verdict.values()), human, judge, confidence, seed=int(run.get("seed") or 0)
-        )
+        r: CorrectedRate = corrected_rate(list(verdict.values()), human, judge, confidence)
     except ValueError as exc:  # e.g. verdicts that are means over repeats, not 0/1
         return {"labels_id": doc_id, "missing": f"cannot correct: {exc}"}
     return {
@@ -289,7 +287,6 @@ def corrected_for(
         "labelled": r.labelled,
         "rectifier": r.rectifier,
         "method": r.method,
-        "rectifier_method": r.rectifier_method,
         "labels_id": doc_id,
         "seed": doc["sample"].get("seed"),
         "other_samples": len(mine) - 1,
