@@ -231,3 +231,77 @@ def test_corrected_only_with_minimum_or_maximum(tmp_path: Path, decision: str, m
     (tmp_path / "p.yaml").write_text(f"decisions:\n  - {decision}\n")
     with pytest.raises(ConfigError, match=message):
         load_policy(tmp_path / "p.yaml")
+
+
+# ------------------------------------------------------------------ the store layer, without subprocesses
+
+
+def _run(values: list[float | None]) -> dict[str, Any]:
+    cases = [
+        {
+            "id": f"c{i:02d}",
+            "digest": {"input": f"i{i}", "expected": "e"},
+            "criteria": {
+                "grounded": {"status": "observed", "value": v}
+                if v is not None
+                else {"status": "missing", "reason": "x"}
+            },
+        }
+        for i, v in enumerate(values)
+    ]
+    evaluators = [{"criterion": "grounded", "type": "groundedness_judge", "identity": "sha256:j"}]
+    return {"run_id": "run_x", "confidence": 0.95, "evaluators": evaluators, "cases": cases}
+
+
+def test_the_frame_is_the_observed_verdicts_and_the_largest_sample_corrects() -> None:
+    from pytest_oloproof.store.labels import corrected_for, draw_sample, labels_doc
+
+    run = _run([1.0] * 8 + [0.0] * 2 + [None])
+    small = draw_sample(run, "grounded", 4, seed=3)
+    assert small["frame"]["size"] == 10 and "c10" not in small["cases"]  # the missing case is not in the frame
+    assert draw_sample(run, "grounded", 4, seed=3) == small
+    big = draw_sample(run, "grounded", 6, seed=5)
+    docs = [
+        ("sha256:a", labels_doc(small, dict.fromkeys(small["cases"], False))),
+        ("sha256:b", labels_doc(big, {c: c < "c08" for c in big["cases"]})),
+    ]
+    got = corrected_for(run, docs, "grounded")
+    assert got is not None and got["labels_id"] == "sha256:b" and got["other_samples"] == 1
+    human = [1.0 if c < "c08" else 0.0 for c in big["cases"]]
+    judge = [1.0 if c < "c08" else 0.0 for c in big["cases"]]
+    assert got["value"] == corrected_rate([1.0] * 8 + [0.0] * 2, human, judge).value == 0.8
+    # the run's verdicts changed since the sample was drawn: the frame no longer matches
+    changed = _run([1.0] * 7 + [0.0] * 3 + [None])
+    assert "frame does not match" in (corrected_for(changed, docs, "grounded") or {})["missing"]
+    # verdicts that are not 0/1 (means over repeats) cannot be corrected: missing, with the reason
+    means = _run([0.5] * 10)
+    sample = draw_sample(means, "grounded", 3, seed=1)
+    found = corrected_for(means, [("sha256:c", labels_doc(sample, dict.fromkeys(sample["cases"], True)))], "grounded")
+    assert found is not None and "0/1 verdicts" in found["missing"]
+
+
+def test_every_renderer_shows_the_corrected_rate_beside_the_judges() -> None:
+    from pytest_oloproof.report.markdown import run_markdown
+    from pytest_oloproof.report.text import run_summary
+
+    record = {
+        "run_id": "run_x",
+        "status": "complete",
+        "metrics": {},
+        "cache": {k: {"hit": 0, "miss": 1} for k in ("execution", "judgment", "retrieve", "generate")},
+        "corrected": {
+            "grounded": {
+                "value": 0.75,
+                "low": 0.3,
+                "high": 0.95,
+                "labelled": 8,
+                "judged": 13,
+                "judge_rate": 1.0,
+                "rectifier": -0.25,
+                "labels_id": "sha256:" + "a" * 64,
+            }
+        },
+    }
+    expected = "grounded judge-corrected: 75.0% [30.0%, 95.0%] · 8 labels of a random sample of 13 judged"
+    assert any(line.startswith(expected) for line in run_summary(record))
+    assert expected in run_markdown(record)
