@@ -305,3 +305,16 @@ def test_every_renderer_shows_the_corrected_rate_beside_the_judges() -> None:
     expected = "grounded judge-corrected: 75.0% [30.0%, 95.0%] · 8 labels of a random sample of 13 judged"
     assert any(line.startswith(expected) for line in run_summary(record))
     assert expected in run_markdown(record)
+
+
+def test_a_broken_or_impossible_header_is_refused_with_its_line(tmp_path: Path) -> None:
+    from pytest_oloproof.store.labels import LabelsFileError, check_against_run, draw_sample, read_labelled
+
+    broken = tmp_path / "b.jsonl"
+    broken.write_text('{"oloproof_sample": {"schema": \n{"id": "c01", "label": "pass"}\n')
+    with pytest.raises(LabelsFileError, match=r"b.jsonl:1: restore the first line from the exported file"):
+        read_labelled(broken)
+    run = _run([1.0] * 5)
+    sample = {**draw_sample(run, "grounded", 3, seed=2), "size": 9}
+    with pytest.raises(LabelsFileError, match=r"b.jsonl:1: oloproof_sample.size: --sample: 9 is more than the 5"):
+        check_against_run(run, sample, broken)

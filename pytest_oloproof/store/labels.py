@@ -152,6 +152,8 @@ def read_labelled(path: Path) -> LabelledFile:
             obj = json.loads(text)
         except json.JSONDecodeError as exc:
             errors.append(f"{where}:{exc.colno}: invalid JSON: {exc.msg}")
+            if sample is None:  # the provenance line itself: nothing after it can be read against a sample
+                raise LabelsFileError([*errors, f"{where}: restore the first line from the exported file"]) from None
             continue
         if sample is None:
             head = obj.get(HEADER_KEY) if isinstance(obj, dict) else None
@@ -216,7 +218,10 @@ def check_against_run(run: Mapping[str, Any], sample: Mapping[str, Any], path: P
     seed, size = sample.get("seed"), sample.get("size")
     if not isinstance(seed, int) or isinstance(seed, bool) or not isinstance(size, int) or isinstance(size, bool):
         raise LabelsFileError([f"{where}: `seed` and `size` must be integers as exported; export the sample again"])
-    again = draw_sample(run, criterion, size, seed)
+    try:
+        again = draw_sample(run, criterion, size, seed)
+    except ConfigError as exc:
+        raise LabelsFileError([f"{where}.size: {exc}; export the sample again"]) from None
     if again["frame"] != sample.get("frame"):
         raise LabelsFileError(
             [f"{where}.frame does not match the judged cases of run {run.get('run_id')}; export again. {NOT_DRAWN}"]
@@ -270,8 +275,11 @@ def corrected_for(
     if (doc.get("sample") or {}).get("frame", {}).get("digest") != frame_digest(frame, criterion):
         return {"labels_id": doc_id, "missing": "the stored sample's frame does not match the run's judged cases"}
     verdict = {str(c["id"]): float(c["criteria"][criterion]["value"]) for c in frame}
-    human = [1.0 if row["label"] == "pass" else 0.0 for row in doc["labels"]]
-    judge = [verdict[row["id"]] for row in doc["labels"]]
+    try:
+        human = [{"pass": 1.0, "fail": 0.0}[row["label"]] for row in doc["labels"]]
+        judge = [verdict[row["id"]] for row in doc["labels"]]
+    except (KeyError, TypeError):
+        return {"labels_id": doc_id, "missing": "the stored labels document is damaged; import the labelled file again"}
     confidence = float(run.get("confidence") or 0.95)
     try:
         r: CorrectedRate = corrected_rate(list(verdict.values()), human, judge, confidence)
