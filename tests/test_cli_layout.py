@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "report", "validate_judge"]
+SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "labels", "report", "validate_judge"]
 
 
 def _package_imports(path: Path) -> list[str]:
@@ -39,8 +39,23 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
     assert out.strip() == str(sorted(f"pytest_oloproof.cli.{m}" for m in SUBCOMMAND_MODULES))
     from pytest_oloproof.cli import SUBCOMMANDS, core
 
-    assert [s.name for s in SUBCOMMANDS] == ["compare", "gate", "plan", "diagnose", "validate-judge", "report"]
-    assert {s.inspects for s in SUBCOMMANDS} == {"comparison", "decision", "diagnosis", "judge_validation", None}
+    assert [s.name for s in SUBCOMMANDS] == [
+        "compare",
+        "gate",
+        "plan",
+        "diagnose",
+        "validate-judge",
+        "labels",
+        "report",
+    ]
+    assert {s.inspects for s in SUBCOMMANDS} == {
+        "comparison",
+        "decision",
+        "diagnosis",
+        "judge_validation",
+        "labels",
+        None,
+    }
     parser = core.build_parser(())
     with_all = core.build_parser(SUBCOMMANDS)
     assert "report" not in parser.format_help() and "report" in with_all.format_help()

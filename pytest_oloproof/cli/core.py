@@ -209,7 +209,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     store = _store_from(args)
     kind, full = store.resolve(args.id)
     if kind == "run":
+        from pytest_oloproof.store.labels import corrected_rates
+
         record = store.load_run(full)
+        record["corrected"] = corrected_rates(store, record)  # from imported labels, computed when read
         lines = run_summary(record, store_root=str(store.root))
         lines.append("Cases:")
         lines += [f"  {case_line(c)}" for c in record.get("cases", [])]

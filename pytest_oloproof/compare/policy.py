@@ -37,6 +37,8 @@ CASES_CHANGED = "cases_changed"  # changed_cases: fail, and a case's input or ex
 INTERVAL_OVERLAPS_THRESHOLD = "interval_overlaps_threshold"
 MISSING_COULD_EXCEED_LIMIT = "missing_could_exceed_limit"  # max-failures, missing: bound
 NO_OBSERVATIONS = "no_observations"
+NO_CORRECTING_LABELS = "no_correcting_labels"  # corrected: true, and no labels imported for a random sample
+CORRECTED_RATE_MISSING = "corrected_rate_missing"  # labels stored, but the corrected rate cannot be computed
 
 
 class DecisionRule(ABC):
@@ -169,6 +171,8 @@ class Decision(Strict):
     margin: float | None = Field(default=None, ge=0, lt=100, description="points (percentage points)")
     threshold: float | None = Field(default=None, description="a fraction in [0, 1] (minimum, maximum)")
     max_failures: int | None = Field(default=None, ge=0, description="max-failures: observed failures allowed")
+    #: decide on the judge-corrected rate (imported labels of a random sample), not the judge's own rate
+    corrected: bool = False
 
     @field_validator("test")
     @classmethod
@@ -196,6 +200,8 @@ class Decision(Strict):
     def _margin_rules(self) -> Decision:
         if self.single_run:
             return self._run_rules()
+        if self.corrected:
+            raise ValueError(f"corrected: true belongs to the tests {' and '.join(RUN_RULES)}; not {self.test}")
         for key in ("threshold", "max_failures"):
             if getattr(self, key) is not None:
                 raise ValueError(
@@ -214,6 +220,11 @@ class Decision(Strict):
         return self
 
     def _run_rules(self) -> Decision:
+        if self.corrected and self.test not in RUN_RULES:
+            raise ValueError(
+                f"corrected: true reads a judge-corrected rate's interval, which {self.test} does not; "
+                f"use it with {' or '.join(RUN_RULES)}"
+            )
         if self.margin is not None:
             raise ValueError(
                 f"margin belongs to comparison tests; {self.test} tests one run"

@@ -30,12 +30,14 @@ from pytest_oloproof.store.files import Store
 
 from .paired import judge_gate, paired_interval, recorded_kind, worst_bounds
 from .policy import (
+    CORRECTED_RATE_MISSING,
     FAIL,
     INSUFFICIENT,
     INTERVAL_OVERLAPS_MARGIN,
     INTERVAL_OVERLAPS_THRESHOLD,
     MISSING_COULD_EXCEED_LIMIT,
     MISSING_EXCEEDS_LIMIT,
+    NO_CORRECTING_LABELS,
     NO_OBSERVATIONS,
     PASS,
     Decision,
@@ -105,6 +107,10 @@ def decide_rows(
             "missing": missing,
             "estimate": m["value"],
         }
+        if d.corrected:
+            row.update(_decide_corrected(d, record, store, m, p.missing))
+            rows.append(row)
+            continue
         judge = judge_gate(d.criterion, record, store=store)
         if d.test == MAX_FAILURES:
             limit = int(d.max_failures or 0)
@@ -149,6 +155,47 @@ def decide_rows(
                 row["plan"] += " (counting cases as independent: with clusters of several cases, more are needed)"
         rows.append(row)
     return rows
+
+
+def _decide_corrected(
+    d: Decision, record: Mapping[str, Any], store: Store | None, m: Mapping[str, Any], missing_policy: str
+) -> dict[str, Any]:
+    """A `minimum`/`maximum` decision on the judge-corrected rate (`corrected: true`).
+
+    It does not ask for a judge validation: the correction's guarantee rests on the human labels of a
+    random sample, whatever the judge's quality. Without imported labels it is INSUFFICIENT_EVIDENCE."""
+    from pytest_oloproof.store.labels import corrected_rates
+
+    threshold = float(d.threshold or 0.0)
+    found = corrected_rates(store, record).get(d.criterion) if store is not None else None
+    out: dict[str, Any] = {"threshold": threshold, "corrected": True}
+    if found is None or found.get("missing"):
+        reason = NO_CORRECTING_LABELS if found is None else CORRECTED_RATE_MISSING
+        fix = (
+            f"label a random sample of its judged cases: oloproof labels export {record.get('run_id')} "
+            f"--criterion {d.criterion} --sample N, then oloproof labels import FILE"
+        )
+        out.update({"interval": {"low": 0.0, "high": 1.0, "method": "none", "missing_at_worst": False}})
+        out.update({"outcome": INSUFFICIENT, "reason": reason, "plan": f"{found['missing']}; {fix}" if found else fix})
+        return out
+    interval = {k: found[k] for k in ("low", "high", "confidence", "method")}
+    out["interval"] = {**interval, "missing_at_worst": False}
+    out["estimate"] = found["value"]
+    out["labels"] = {k: found[k] for k in ("labels_id", "labelled", "judged", "judge_rate", "rectifier")}
+    missing = int(m["missing"])
+    if missing and missing_policy != "exclude":
+        outcome, reason = INSUFFICIENT, MISSING_EXCEEDS_LIMIT
+        out["plan"] = f"{missing} case(s) without a judge verdict: the corrected rate covers judged cases only"
+    else:
+        outcome, reason = d.run_rule.decide(found["low"], found["high"], threshold)
+        if outcome == INSUFFICIENT:
+            out["plan"] = (
+                f"more labels narrow it: {found['labelled']} labelled of {found['judged']} judged; "
+                f"export a larger sample (oloproof labels export {record.get('run_id')} --criterion {d.criterion} "
+                "--sample N) and import it (the largest sample is used)"
+            )
+    out.update({"outcome": outcome, "reason": reason})
+    return out
 
 
 def gate_of(policy: LoadedPolicy, decisions: Sequence[Mapping[str, Any]]) -> str:

@@ -38,6 +38,7 @@ from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.base import ContextPassage, CriterionValue, EvalInput, Evaluator
 from pytest_oloproof.records.identity import settings_identity
 from pytest_oloproof.stats.intervals import kappa_interval
+from pytest_oloproof.store.labels import HEADER_KEY
 
 SCHEMA = "oloproof.judge_validation/1"
 
@@ -105,6 +106,7 @@ def load_labels(path: Path) -> list[LabelledExample]:
     errors: list[str] = []
     examples: list[LabelledExample] = []
     seen: dict[str, int] = {}
+    first = next((i for i, line in enumerate(lines, start=1) if line.strip()), 0)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -114,6 +116,8 @@ def load_labels(path: Path) -> list[LabelledExample]:
         except json.JSONDecodeError as exc:
             errors.append(f"{where}:{exc.colno}: invalid JSON: {exc.msg}")
             continue
+        if number == first and isinstance(obj, dict) and HEADER_KEY in obj:
+            continue  # the provenance line of a file `oloproof labels export` wrote
         if not _check_example(obj, where, errors):
             continue
         if obj["id"] in seen:

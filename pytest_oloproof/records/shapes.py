@@ -165,6 +165,7 @@ class RunRecord(TypedDict, total=False):
     note: str  # a summary computed from the cases of a run whose run.json holds only its start header
     decision: dict[str, Any]  # the JSON run report: the release decision or comparison its gate made
     comparison: dict[str, Any]
+    corrected: dict[str, Any]  # computed when read, never stored: judge-corrected rates from imported labels
     cases: list[CaseRecord]
 
 

@@ -196,7 +196,11 @@ def page_for(store: Store, ref: str, *, in_folder: bool = False) -> tuple[str, s
     """(kind, full id, HTML) for a run, diagnosis or comparison id or unique prefix."""
     kind, full = store.resolve(ref, kinds=("run", "diagnosis", "comparison"))
     if kind == "run":
-        return kind, full, run_page(store.load_run(full), store, in_folder=in_folder)
+        from pytest_oloproof.store.labels import corrected_rates
+
+        record = store.load_run(full)
+        record["corrected"] = corrected_rates(store, record)
+        return kind, full, run_page(record, store, in_folder=in_folder)
     doc = store.load_doc(kind, full)
     if kind == "diagnosis":
         view = model.diagnosis_view(doc, full, _reexecution_line(store, doc))

@@ -101,7 +101,8 @@ def run_markdown(view: RunView | Mapping[str, Any]) -> str:
         ("criterion", "estimate", f"{view.confidence * 100:g}% interval", "accounting"),
         ([text(cell) for cell in row] for row in terminal.metric_rows(view.metrics)),
     )
-    out += bullets([text(n) for n in terminal.accounting_lines(view.metrics)])
+    notes = terminal.accounting_lines(view.metrics) + terminal.corrected_lines(view.corrected)
+    out += bullets([text(n) for n in notes])
     out += [f"{code(line)}  " for line in cache[:-1]] + [code(line) for line in cache[-1:]] + [""]
     out += failed_case_lines(view)
     return "\n".join(out).rstrip("\n") + "\n\n"

@@ -25,6 +25,7 @@ from .text import (
     accounting_lines,
     cache_lines,
     case_usage_text,
+    corrected_lines,
     cost_lines,
     criterion_line,
     describe_test,
@@ -491,7 +492,7 @@ def run_view(
             }
             for name, m in metrics.items()
         ],
-        "accounting_lines": accounting_lines(metrics),
+        "accounting_lines": accounting_lines(metrics) + corrected_lines(view.corrected),
         "metrics_plot": metrics_plot(metrics, confidence),
         "funnel": funnel(record, diagnosis[1].get("criterion") if diagnosis else None),
         "slices": slice_plots(view.slices, view.min_slice_support),

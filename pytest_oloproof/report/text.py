@@ -22,6 +22,7 @@ from .fmt import (
     fmt_int,
     fmt_interval,
     fmt_margin,
+    pct,
     printed_interval,
     signed_cost,
 )
@@ -169,9 +170,27 @@ def _slice_cell(row: Mapping[str, Any]) -> str:
     return f"{row['criterion']} {est} {iv} {count}"
 
 
+def corrected_line(criterion: str, c: Mapping[str, Any]) -> str:
+    """A judge-corrected rate beside the judge's own figure (or why it cannot be computed)."""
+    if c.get("missing"):
+        return f"{criterion} judge-corrected: missing — {c['missing']} (labels {str(c.get('labels_id'))[:19]}…)"
+    others = f"; {c['other_samples']} other sample(s) not used" if c.get("other_samples") else ""
+    return (
+        f"{criterion} judge-corrected: {pct(c['value'])} {fmt_interval('rate', c['low'], c['high'])} · "
+        f"{c['labelled']} labels of a random sample of {c['judged']} judged · judge alone {pct(c['judge_rate'])}, "
+        f"human − judge {c['rectifier']:+.3f} (labels {str(c['labels_id'])[:19]}…{others})"
+    )
+
+
+def corrected_lines(corrected: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One `corrected_line` per judge criterion with imported labels."""
+    return [corrected_line(name, c) for name, c in corrected.items()]
+
+
 def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
     """The summary under pytest's, and the head of `oloproof inspect RUN`."""
     lines = metrics_table(view.metrics, view.confidence)
+    lines += corrected_lines(view.corrected)
     lines += cache_lines(view.cache)
     lines += miss_lines(view.cache_misses)
     lines += usage_lines(view.usage)
@@ -575,6 +594,11 @@ def describe_test(d: Mapping[str, Any]) -> str:
         return f"max-failures {d['max_failures']} ({d['failures']} failed, {d['missing']} missing)"
     iv = d["interval"]
     at_worst = " with missing at worst" if iv.get("missing_at_worst") else ""
+    if d.get("corrected"):  # the judge-corrected rate: its interval, or none without labels
+        labels = d.get("labels")
+        shown = fmt_interval("rate", iv["low"], iv["high"]) if labels else "no labels"
+        of = f" ({labels['labelled']} labels of {labels['judged']} judged)" if labels else ""
+        return f"{d['test']} {fmt_fraction(d['threshold'], d['kind'])}  judge-corrected {shown}{of}"
     return (
         f"{d['test']} {fmt_fraction(d['threshold'], d['kind'])}"
         f"  {fmt_interval(d['kind'], iv['low'], iv['high'])}{at_worst}"

@@ -132,6 +132,8 @@ class RunView:
     internal_errors: int
     note: str | None
     record: Mapping[str, Any] = field(repr=False)
+    #: judge-corrected rates per criterion, computed from imported labels when the run is read
+    corrected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> RunView:
@@ -155,6 +157,7 @@ class RunView:
             internal_errors=internal,
             note=record.get("note"),
             record=record,
+            corrected=record.get("corrected") or {},
         )
 
     @property

@@ -28,6 +28,7 @@ KIND_DIRS = {
     "comparison": "comparisons",
     "judge_validation": "judge_validations",
     "decision": "decisions",
+    "labels": "labels",
 }
 #: `latest` (the newest run) and `latest~N` (N runs before it), accepted wherever a run id is
 LATEST = re.compile(r"latest(?:~(\d+))?")
