@@ -241,6 +241,23 @@ class _Recorder:
         self.ini.append((name, help, kwargs.get("default")))
 
 
+def _command_section(sub: argparse.ArgumentParser) -> list[str]:
+    """One (sub)command's usage line and a table of its arguments."""
+    sub.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)
+    usage = sub.format_usage().strip().removeprefix("usage: ")
+    rows = []
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        names = ", ".join(action.option_strings) or action.dest
+        if action.metavar and action.option_strings:
+            names += f" {action.metavar}"
+        choices = f" (one of: {', '.join(map(str, action.choices))})" if action.choices else ""
+        default = "" if action.default in (None, False) else f" (default: `{action.default}`)"
+        rows.append((f"`{names}`", (action.help or "") + choices + default))
+    return [f"```\n{usage}\n```\n\n", table(rows, ("argument", "meaning")), "\n"]
+
+
 def cli_page() -> str:
     from pytest_oloproof.cli import build_parser
     from pytest_oloproof.pytest_plugin import options
@@ -258,21 +275,10 @@ def cli_page() -> str:
         if name == "run":
             out.append("Every other argument goes to pytest: see [the pytest options](#pytest-options) below.\n\n")
             continue
-        sub.formatter_class = lambda prog: argparse.HelpFormatter(prog, width=100)
-        usage = sub.format_usage().strip().removeprefix("usage: ")
-        out.append(f"```\n{usage}\n```\n\n")
-        rows = []
-        for action in sub._actions:
-            if isinstance(action, argparse._HelpAction):
-                continue
-            names = ", ".join(action.option_strings) or action.dest
-            if action.metavar and action.option_strings:
-                names += f" {action.metavar}"
-            choices = f" (one of: {', '.join(map(str, action.choices))})" if action.choices else ""
-            default = "" if action.default in (None, False) else f" (default: `{action.default}`)"
-            rows.append((f"`{names}`", (action.help or "") + choices + default))
-        out.append(table(rows, ("argument", "meaning")))
-        out.append("\n")
+        out.extend(_command_section(sub))
+        for action_name, action_parser in _subparsers(sub).items():
+            out.append(f"### `oloproof {name} {action_name}`\n\n{_help_of(sub, action_name)}\n\n")
+            out.extend(_command_section(action_parser))
     rec = _Recorder()
     options.add_options(typing.cast(Any, rec))
     out.append("## pytest options\n\n`pytest --oloproof` and `oloproof run` take these options.\n\n")
