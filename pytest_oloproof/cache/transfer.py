@@ -193,9 +193,10 @@ def _plan_source(
         if joined is None:
             raise CacheConflict(
                 f"cache entry {key} differs between {where} and {names[i]}; nothing was merged. An entry's key "
-                "hashes everything that produced it, so one copy is corrupt (or a stage is not deterministic and "
-                "its `version` was not bumped when it changed). Merge the sources without the one at fault, or "
-                "clear the bad cache (`oloproof cache clear --store …`)"
+                "hashes everything that produced it, so the copies should be identical: one is corrupt, or the "
+                "stage gave another result for the same inputs (code changed without a `version` bump, or a model "
+                "that is not deterministic). Merge without the source at fault, or clear that cache "
+                "(`oloproof cache clear --store …`)"
             )
         if joined is True:
             count.present += 1
