@@ -104,6 +104,8 @@ class XdistControllerHooks:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["oloproof_budget"] = self.run.budget_id
         node.workerinput[_HOST] = host_of(node)
+        if not (_is_remote(node) or getattr(node.gateway.spec, "chdir", None)):
+            return  # a local worker in the controller's folder reads the controller's files: nothing to compare
         fp = self._controller_fingerprint()
         if fp is not None:
             node.workerinput[_FINGERPRINT] = fp
