@@ -370,16 +370,23 @@ def test_without_holding_each_outer_batch_commits(open_caches: Callable[[], Cach
     assert other.get("judgment", "k") == 1
 
 
-def test_tracked_keys_skip_absent_entries_and_see_their_own_writes(open_caches: Callable[[], Caches]) -> None:
+def test_tracked_keys_see_their_own_writes_and_entries_another_writer_adds(open_caches: Callable[[], Caches]) -> None:
     open_caches().put("retrieve", "old", [1])
     tracked, other = open_caches(), open_caches()
+    tracked.RECHECK_S = 0.0  # check the entry count on every lookup of an absent key
+    tracked.hold_writes(max_entries=2, max_age_s=3600)
     assert tracked.track_keys() is True
     assert tracked.get("retrieve", "old") == [1]  # present when tracking started
-    other.put("retrieve", "late", [2])  # written by another process afterwards: not looked up
-    assert tracked.get("retrieve", "late") is None
-    tracked.put("retrieve", "mine", [3])
-    assert tracked.get("retrieve", "mine") == [3]
-    assert open_caches().get("retrieve", "late") == [2]  # an untracked reader sees it
+    with tracked.batch():
+        tracked.put("retrieve", "mine", [3])
+    assert tracked.get("retrieve", "mine") == [3]  # held, read from memory
+    with tracked.batch():
+        tracked.put("retrieve", "mine2", [4])  # the group is full: committed
+    assert tracked.get("retrieve", "absent") is None
+    assert tracked._known is not None  # its own commits are not taken for another writer's
+    other.put("retrieve", "late", [2])  # written by another process after tracking started
+    assert tracked.get("retrieve", "late") == [2]
+    assert tracked._known is None  # from now on every lookup asks SQLite
 
 
 def test_keys_are_not_tracked_above_the_limit(tmp_path: Path, open_caches: Callable[[], Caches]) -> None:

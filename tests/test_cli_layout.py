@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "labels", "report", "validate_judge"]
+SUBCOMMAND_MODULES = ["cache", "compare", "diagnose", "gate", "labels", "report", "validate_judge"]
 
 
 def _package_imports(path: Path) -> list[str]:
@@ -47,6 +47,7 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
         "validate-judge",
         "labels",
         "report",
+        "cache",
     ]
     assert {s.inspects for s in SUBCOMMANDS} == {
         "comparison",

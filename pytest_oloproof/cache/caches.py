@@ -103,6 +103,10 @@ class Caches:
     SQLite. Held writes are readable at once and committed by `flush()` or `close()`.
     """
 
+    #: while keys are tracked, how often (seconds) a lookup of an absent key checks whether another
+    #: process has written since: the entry count is one SQLite read
+    RECHECK_S = 0.1
+
     def __init__(self, directory: Path | None, mode: CacheMode = CacheMode.READWRITE) -> None:
         self.directory = directory
         self.mode = mode if directory is not None else CacheMode.OFF  # (sets _reads and _writes)
@@ -112,7 +116,8 @@ class Caches:
         self._pending: dict[str, str] = {}  # full key -> entry text, not yet committed
         self._pending_since = 0.0
         self._hold: tuple[int, float] | None = None  # (max entries, max seconds) while holding writes
-        self._known: set[int] | None = None  # hash() of every key in the cache, while tracked
+        self._known: set[int] | None = None  # hash() of every committed key in the cache, while tracked
+        self._checked_at = 0.0  # when the entry count was last compared with `_known`
         self.aside: Path | None = None  # where `clear` moved an unreadable cache, when it did
         self.write_failure: str | None = None  # why writes stopped during the session, when they did
 
@@ -151,9 +156,10 @@ class Caches:
     def track_keys(self, limit: int = 200_000) -> bool:
         """Load which keys exist (when there are at most `limit`), so lookups of absent keys skip SQLite.
 
-        Entries another process adds later are not seen (a miss, never a wrong
-        value); meant for a session that is the only writer of what it reads,
-        not for pytest-xdist workers. Returns whether keys are tracked.
+        Entries another process adds later are found: a lookup of an absent key
+        compares the cache's entry count with the keys known (at most every
+        RECHECK_S), and once another process has added entries every lookup
+        goes to SQLite. Returns whether keys are tracked.
         """
         if self.directory is None or not self._reads:
             return False
@@ -165,7 +171,8 @@ class Caches:
         except Exception:
             return False
         with self._lock:
-            self._known = known | {hash(k) for k in self._pending}
+            self._known = known  # held writes join it when committed (until then they are read from memory)
+            self._checked_at = time.monotonic()
         return True
 
     def _key_hashes(self, cache: diskcache.Cache) -> set[int]:
@@ -183,7 +190,7 @@ class Caches:
         try:
             if raw is None:
                 known = self._known
-                if known is not None and hash(full) not in known:
+                if known is not None and hash(full) not in known and not self._others_wrote():
                     return None
                 raw = self._open().get(full)
                 if raw is None:
@@ -214,8 +221,6 @@ class Caches:
                 return False  # not JSON: the contract check reports it; never store it
         text = redact(text)  # a stage's output or a judge's reply may echo a secret
         with self._lock:
-            if self._known is not None:
-                self._known.add(hash(full))
             if self._hold is not None or self._depth():
                 if not self._pending:
                     self._pending_since = time.monotonic()
@@ -226,15 +231,39 @@ class Caches:
         except Exception as exc:
             self._write_failed(exc)
             return False
+        known = self._known
+        if known is not None:
+            known.add(hash(full))
         return True
 
     def _exists(self, full: str) -> bool:
         if full in self._pending:
             return True
         known = self._known
-        if known is not None and hash(full) not in known:
+        if known is not None and hash(full) not in known and not self._others_wrote():
             return False
         return full in self._open()
+
+    def _others_wrote(self) -> bool:
+        """Whether another process added entries since the keys were loaded; if so, stop tracking them.
+
+        Compares the cache's entry count with the keys known (every committed write of this session
+        joins them), at most every RECHECK_S seconds; between checks, an absent key is a miss.
+        """
+        if time.monotonic() - self._checked_at < self.RECHECK_S:
+            return False
+        with self._lock:
+            known = self._known
+            if known is None:
+                return True
+            self._checked_at = time.monotonic()
+            try:
+                same = len(self._open()) == len(known)
+            except Exception:
+                same = False
+            if not same:
+                self._known = None  # from now on every lookup asks SQLite
+            return not same
 
     def _depth(self) -> int:
         """How many batch() blocks this thread is in."""
@@ -279,6 +308,8 @@ class Caches:
             except Exception as exc:
                 self._write_failed(exc)
                 return
+            if self._known is not None:
+                self._known.update(hash(k) for k in group)
             self._pending = {}  # readable from memory until committed, then from the cache
 
     def _write_failed(self, exc: BaseException) -> None:

@@ -1,6 +1,6 @@
 """The `oloproof` command line: `main` is the console script.
 
-core.py holds the shared pieces and the built-in commands (run, runs, inspect, cache); each other
+core.py holds the shared pieces and the built-in commands (run, runs, inspect); each other
 subcommand lives in a module of its own, which imports core.py only. This front door lists them;
 neither core.py nor a subcommand imports it, so there is no import circle to keep in mind.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pytest_oloproof.errors import ExitCode
 
-from . import compare, core, diagnose, gate, labels, report, validate_judge
+from . import cache, compare, core, diagnose, gate, labels, report, validate_judge
 from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -23,6 +23,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     validate_judge.SUBCOMMAND,
     labels.SUBCOMMAND,
     report.SUBCOMMAND,
+    cache.SUBCOMMAND,
 )
 
 

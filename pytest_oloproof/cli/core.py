@@ -225,33 +225,6 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def cmd_cache(args: argparse.Namespace) -> int:
-    from pytest_oloproof.cache.caches import Caches
-
-    store = _store_from(args)
-    caches = Caches(store.cache_dir)
-    try:
-        if args.action == "clear":
-            n = caches.clear()
-            line = (
-                f"cleared {n} entries from {store.cache_dir}"
-                if n is not None
-                else f"the cache at {store.cache_dir} was unreadable: moved it to {caches.aside} and created an "
-                "empty one (delete that once you no longer need it)"
-            )
-            doc = {"cleared": n, "recreated": n is None, "directory": str(store.cache_dir)}
-            if caches.aside is not None:
-                doc["moved_to"] = str(caches.aside)
-            _emit(args, doc, [line])
-        else:
-            counts = caches.stats()
-            lines = [f"{store.cache_dir}"] + [f"  {k}: {v} entries" for k, v in counts.items()]
-            _emit(args, {"directory": str(store.cache_dir), "entries": counts}, lines)
-    finally:
-        caches.close()
-    return ExitCode.OK
-
-
 # ------------------------------------------------------------------ parser
 
 
@@ -271,9 +244,6 @@ def build_parser(subcommands: Sequence[Subcommand] = ()) -> argparse.ArgumentPar
     p.add_argument("id")
     p.set_defaults(inspectors={s.inspects: s.inspect for s in subcommands if s.inspects and s.inspect})
     common(p)
-    p = sub.add_parser("cache", help="cache statistics or clearing")
-    p.add_argument("action", choices=["stats", "clear"])
-    common(p)
     for s in subcommands:
         s.add_parser(sub, common)
     return parser
@@ -283,7 +253,6 @@ def build_parser(subcommands: Sequence[Subcommand] = ()) -> argparse.ArgumentPar
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "runs": cmd_runs,
     "inspect": cmd_inspect,
-    "cache": cmd_cache,
 }
 
 

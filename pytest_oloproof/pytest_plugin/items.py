@@ -48,6 +48,10 @@ class OloproofFile(pytest.File):
             setup = plugin.run.prepare()
             if plugin.run.options.diagnose:
                 plugin.run.new_diagnoser()
+            if plugin.run.options.is_worker:
+                from .xdist import check_worker
+
+                check_worker(self.config, setup)
         except OloproofError as exc:
             plugin.cannot_start.add(self.nodeid)
             raise ConfigCollectError(str(exc)) from exc
