@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "report", "validate_judge"]
+SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "merge", "report", "validate_judge"]
 
 
 def _package_imports(path: Path) -> list[str]:
@@ -39,7 +39,7 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
     assert out.strip() == str(sorted(f"pytest_oloproof.cli.{m}" for m in SUBCOMMAND_MODULES))
     from pytest_oloproof.cli import SUBCOMMANDS, core
 
-    assert [s.name for s in SUBCOMMANDS] == ["compare", "gate", "plan", "diagnose", "validate-judge", "report"]
+    assert [s.name for s in SUBCOMMANDS] == ["compare", "gate", "plan", "diagnose", "validate-judge", "report", "merge"]
     assert {s.inspects for s in SUBCOMMANDS} == {"comparison", "decision", "diagnosis", "judge_validation", None}
     parser = core.build_parser(())
     with_all = core.build_parser(SUBCOMMANDS)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pytest_oloproof.errors import ExitCode
 
-from . import compare, core, diagnose, gate, report, validate_judge
+from . import compare, core, diagnose, gate, merge, report, validate_judge
 from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     diagnose.SUBCOMMAND,
     validate_judge.SUBCOMMAND,
     report.SUBCOMMAND,
+    merge.SUBCOMMAND,
 )
 
 
