@@ -115,7 +115,7 @@ def oloproof(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subpro
 
 
 def newest_run(store: Path) -> Path:
-    return sorted((store / "runs").glob("run_*"))[-1]
+    return newest_run_folder(store / "runs")
 
 
 def check(proc: subprocess.CompletedProcess[str], allowed: tuple[int, ...], what: str) -> None:
@@ -135,9 +135,15 @@ def shard_job(work: Path, project: Path, index: int, count: int) -> Path:
     if cache.exists():
         shutil.rmtree(cache)
     shutil.copytree(job / ".oloproof" / "cache", cache)
-    artifact = work / "artifacts" / f"oloproof-shard-{index}"  # upload-artifact of .oloproof/runs/run_*
-    shutil.copytree(newest_run(job / ".oloproof"), artifact)
-    return artifact
+    # upload-artifact of .oloproof/runs/ (a fresh checkout's store holds only this job's run), as
+    # download-artifact gives it back: artifacts/oloproof-shard-<i>/run_<id>/
+    artifact = work / "artifacts" / f"oloproof-shard-{index}"
+    shutil.copytree(job / ".oloproof" / "runs", artifact)
+    return newest_run_folder(artifact)
+
+
+def newest_run_folder(folder: Path) -> Path:
+    return sorted(folder.glob("run_*"))[-1]
 
 
 def strip_volatile(value: Any, checkouts: tuple[Path, ...] = ()) -> Any:
@@ -207,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.copytree(project, merge)
     summary = work / "step-summary.md"
     env = {"GITHUB_STEP_SUMMARY": str(summary)}
-    merged = oloproof(merge, "merge", *map(str, artifacts), "--json", env=env)
+    downloaded = sorted(str(p) for p in (work / "artifacts").glob("*/run_*"))  # `oloproof merge shards/*/run_*`
+    merged = oloproof(merge, "merge", *downloaded, "--json", env=env)
     check(merged, (0,), "oloproof merge")
     merged_doc = json.loads(merged.stdout)
     gate = oloproof(merge, "gate", merged_doc["run_id"], "--policy", "release.yaml", env=env)

@@ -286,3 +286,24 @@ def test_a_partial_run_json_must_carry_its_shard_and_planned_set() -> None:
     shard = {"shard": {"index": 1, "count": 2}, "planned": {"case_set_digest": None, "cases": []}}
     assert check_run({**run, **shard}) is None
     assert "between 1 and count" in (check_run({**run, **shard, "shard": {"index": 3, "count": 2}}) or "")
+
+
+def test_a_shard_run_says_what_it_is_and_an_empty_shard_is_still_recorded(pytester: pytest.Pytester) -> None:
+    from oloproof_project import case, section
+
+    cases = [case(f"q{i}", q=str(i)) for i in range(4)]
+    make_project(pytester, cases, [{"type": "citation_validity"}])
+    ours = sum(1 for c in cases if shard_of(c["id"], 2) == 1)
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--oloproof-shard=1/2")
+    assert (
+        f"Shard 1/2: {ours} of 4 planned cases (not gated alone); combine every shard's run with `oloproof merge"
+        in ("\n".join(section(result)))
+    )
+    # with more shards than cases some shard holds none: it is recorded all the same, so the merge sees every shard
+    empty = next(i for i in range(1, 9) if not any(shard_of(c["id"], 8) == i for c in cases))
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", f"--oloproof-shard={empty}/8")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    store = Store(pytester.path / ".oloproof")
+    header = store.run_header(store.run_ids()[0])
+    assert header["status"] == "partial" and header["counts"]["cases"] == 0
+    assert header["shard"] == {"index": empty, "count": 8} and len(header["planned"]["cases"]) == 4

@@ -656,6 +656,12 @@ class RunSession:
         from pytest_oloproof.report.text import run_summary
 
         self.summary_lines = run_summary(record, store_root=str(self.recorder.store.root))
+        if self.options.shard is not None and self.planned is not None:
+            index, count = self.options.shard
+            self.summary_lines.append(
+                f"Shard {index}/{count}: {len(self.recorder.cases)} of {len(self.planned['cases'])} planned cases "
+                "(not gated alone); combine every shard's run with `oloproof merge SOURCE…`"
+            )
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:
