@@ -307,3 +307,22 @@ def test_a_shard_run_says_what_it_is_and_an_empty_shard_is_still_recorded(pytest
     header = store.run_header(store.run_ids()[0])
     assert header["status"] == "partial" and header["counts"]["cases"] == 0
     assert header["shard"] == {"index": empty, "count": 8} and len(header["planned"]["cases"]) == 4
+
+
+@pytest.mark.slow
+def test_a_shard_run_under_xdist_merges_with_one_run_without_it(pytester: pytest.Pytester) -> None:
+    from oloproof_project import case
+
+    cases = [case(f"q{i}", q=str(i), answer="yes" if i % 3 else "no") for i in range(12)]
+    make_project(pytester, cases, [{"type": "citation_validity"}, {"type": "hit_rate", "k": 2}])
+    for args in (["--oloproof-shard=1/2", "-n", "2"], ["--oloproof-shard=2/2"], []):
+        pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider", *args)
+    store = Store(pytester.path / ".oloproof")
+    one_id, second, first = store.run_ids()  # newest first: the one job, shard 2/2, shard 1/2 (under xdist)
+    assert store.run_header(first)["shard"] == {"index": 1, "count": 2}
+    merged = oloproof(pytester.path, "merge", ".oloproof", "--json")
+    assert merged.returncode == 0, merged.stderr
+    record, one = store.load_run(json.loads(merged.stdout)["run_id"]), store.load_run(one_id)
+    assert record["merged_from"] == [first, second]
+    for key in ("metrics", "slices", "case_set_digest", "counts"):
+        assert record[key] == one[key], key
