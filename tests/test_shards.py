@@ -214,6 +214,7 @@ def test_a_shard_is_never_gated_nor_compared(recipe: Recipe) -> None:
     shard_id = recipe.shards[0]["run_id"]
     err = refused(oloproof(shard_store, "gate", shard_id, "--policy", "release.yaml"), "shard 1/3", "oloproof merge")
     assert "status partial" in err
+    refused(oloproof(shard_store, "diagnose", shard_id), "shard 1/3", "diagnose the merged run", "oloproof merge")
     # in the merge job's store beside the merged run: neither as candidate nor as baseline
     job = recipe.merge_job
     target = job / ".oloproof" / "runs" / shard_id
