@@ -327,3 +327,17 @@ def test_a_shard_run_under_xdist_merges_with_one_run_without_it(pytester: pytest
     assert record["merged_from"] == [first, second]
     for key in ("metrics", "slices", "case_set_digest", "counts"):
         assert record[key] == one[key], key
+
+
+@pytest.mark.slow
+def test_an_interrupted_shard_is_refused(recipe: Recipe, tmp_path: Path) -> None:
+    stopped = tmp_path / "stopped"
+    shutil.copytree(recipe.artifacts[1], stopped)
+    run = json.loads((stopped / "run.json").read_text())
+    (stopped / "run.json").write_text(json.dumps({**run, "status": "incomplete"}, indent=2))  # as Ctrl-C leaves it
+    refused(
+        recipe.merge(recipe.artifacts[0], stopped, recipe.artifacts[2]),
+        "shard 2/3",
+        "is incomplete",
+        "run that shard again",
+    )
