@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["cache", "compare", "diagnose", "gate", "labels", "report", "validate_judge"]
+SUBCOMMAND_MODULES = ["cache", "compare", "diagnose", "gate", "labels", "merge", "report", "validate_judge"]
 
 
 def _package_imports(path: Path) -> list[str]:
@@ -48,6 +48,7 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
         "labels",
         "report",
         "cache",
+        "merge",
     ]
     assert {s.inspects for s in SUBCOMMANDS} == {
         "comparison",

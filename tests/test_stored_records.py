@@ -116,7 +116,7 @@ def test_a_torn_last_line_is_forgiven_only_in_a_run_that_did_not_complete(projec
         ("{not json", "not readable JSON"),
         (None, 'system: should be a valid dictionary (got "x")'),
         ("metrics-list", "metrics: should be a valid dictionary"),
-        ("status-odd", "status: should be 'complete' or 'incomplete'"),
+        ("status-odd", "status: should be 'complete', 'incomplete' or 'partial'"),
     ],
     ids=["list", "null", "garbled", "system-string", "metrics-list", "status"],
 )

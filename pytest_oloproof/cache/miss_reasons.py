@@ -262,3 +262,32 @@ def lines(misses: Mapping[str, Any] | None) -> list[str]:
     if n:
         out.append(f"  {n} new case{'' if n == 1 else 's'}")
     return out
+
+
+def pool(found: Iterable[Mapping[str, Any] | None]) -> dict[str, Any] | None:
+    """The shards' reasons for their cache misses as one run's (`oloproof merge`): each shard explained its misses
+    against the previous run in its own store, so the counts per stage and reason are summed, and a note or a
+    previous run is kept only when the shards agree on it. None when no shard missed."""
+    given = [m for m in found if m]
+    if not given:
+        return None
+    out: dict[str, Any] = {"previous_run": None, "stages": {}, "new_cases": 0}
+    previous = {m.get("previous_run") for m in given}
+    if len(previous) == 1:
+        out["previous_run"] = previous.pop()
+    counts: dict[str, Counter[str]] = {}
+    hints: dict[str, dict[str, str]] = {}
+    misses: Counter[str] = Counter()
+    for m in given:
+        out["new_cases"] += int(m.get("new_cases") or 0)
+        for stage, entry in (m.get("stages") or {}).items():
+            misses[stage] += int(entry.get("miss", 0))
+            for r in entry.get("reasons") or []:
+                counts.setdefault(stage, Counter())[r["reason"]] += int(r["count"])
+                if r.get("detail"):
+                    hints.setdefault(stage, {}).setdefault(r["reason"], r["detail"])
+    out["stages"] = {s: _stage(misses[s], counts.get(s, Counter()), hints.get(s, {})) for s in misses}
+    notes = list(dict.fromkeys(str(m["note"]) for m in given if m.get("note")))
+    if notes:
+        out["note"] = "; ".join(notes)
+    return out

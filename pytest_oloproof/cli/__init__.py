@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pytest_oloproof.errors import ExitCode
 
-from . import cache, compare, core, diagnose, gate, labels, report, validate_judge
+from . import cache, compare, core, diagnose, gate, labels, merge, report, validate_judge
 from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     labels.SUBCOMMAND,
     report.SUBCOMMAND,
     cache.SUBCOMMAND,
+    merge.SUBCOMMAND,
 )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -35,6 +36,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
     doc_id = store.save_doc("decision", doc)
     from pytest_oloproof.report.text import decision_lines
     from pytest_oloproof.report.views import DecisionView
+
+    step = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step:  # as the session's gate writes it (a merged run of shards is gated here, in CI)
+        from pytest_oloproof.records.redaction import redact
+        from pytest_oloproof.report.markdown import decision_markdown
+
+        with open(step, "a", encoding="utf-8") as f:
+            f.write(redact(decision_markdown(doc, doc_id)))
 
     cli._emit(args, {"id": doc_id, **doc}, decision_lines(DecisionView.of(doc, doc_id)))
     return int(doc["exit_code"])

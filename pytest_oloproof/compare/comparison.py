@@ -29,7 +29,7 @@ from pytest_oloproof.stats.aggregate import slice_value
 from pytest_oloproof.store.files import Store, load_run_file
 from pytest_oloproof.usage.accounting import compare_costs
 
-from .paired import JUDGE_EVALUATOR_TYPES, judge_gate, paired_interval, recorded_kind, worst_bounds
+from .paired import JUDGE_EVALUATOR_TYPES, judge_gate, paired_interval, recorded_kind, refuse_partial, worst_bounds
 from .policy import (
     CASES_CHANGED,
     INSUFFICIENT,
@@ -67,6 +67,7 @@ def load_run(store: Store, ref: str, role: str) -> RunRecord:
             record = store.load_run(ref)
         except StoreError as exc:
             raise StoreError(f"{role}: {exc}") from None
+    refuse_partial(record, role)
     if not record.get("cases"):
         status = record.get("status", "unknown")
         raise ComparisonError(
@@ -461,6 +462,8 @@ def compare_runs(
     sources: tuple[str | None, str | None] = (None, None),
 ) -> ComparisonDoc:
     """Build the `oloproof.comparison/1` document (raises ComparisonError/ConfigError before any write)."""
+    refuse_partial(candidate, "candidate")
+    refuse_partial(baseline, "baseline")
     check_comparable(candidate, baseline)
     shared = shared_criteria(candidate, baseline)
     if policy is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pytest_oloproof.errors import ExitCode, OloproofError
 from pytest_oloproof.records.identity import settings_identity
 from pytest_oloproof.stats import intervals as stats
 from pytest_oloproof.store.files import Store
@@ -17,6 +18,27 @@ from pytest_oloproof.store.files import Store
 from .policy import JUDGE_NOT_VALIDATED, JUDGES_DIFFER
 
 JUDGE_EVALUATOR_TYPES = ("groundedness_judge", "citation_support_judge")
+
+
+class PartialRunError(OloproofError):
+    """A shard's (partial) run was given to a decision: exit 2, pointing at `oloproof merge`."""
+
+    exit_code = ExitCode.USAGE
+
+
+def refuse_partial(record: Mapping[str, Any], role: str) -> None:
+    """A partial run (one shard of a case set) is never gated nor compared: its interval is a shard's, not the
+    set's. Raises PartialRunError naming the run, its shard and the fix."""
+    if record.get("status") != "partial":
+        return
+    shard = record.get("shard") or {}
+    which = f"shard {shard.get('index', '?')}/{shard.get('count', '?')}"
+    whose = "" if role == "run" else f"{role}: "
+    raise PartialRunError(
+        f"{whose}run {record.get('run_id')} is {which} of a sharded run (status partial): a shard is never gated "
+        "or compared alone. Combine every shard's run with `oloproof merge SOURCE…` (store or run folders), "
+        "then gate or compare the merged run"
+    )
 
 
 def _judge_identity(record: Mapping[str, Any], criterion: str) -> tuple[bool, str | None]:

@@ -28,7 +28,7 @@ from pytest_oloproof.records.shapes import DecisionDoc, RunRecord
 from pytest_oloproof.stats.aggregate import compute_metrics, missing_at_worst
 from pytest_oloproof.store.files import Store
 
-from .paired import judge_gate, paired_interval, recorded_kind, worst_bounds
+from .paired import judge_gate, paired_interval, recorded_kind, refuse_partial, worst_bounds
 from .policy import (
     CORRECTED_RATE_MISSING,
     FAIL,
@@ -212,7 +212,7 @@ def decide_run(
 ) -> DecisionDoc:
     """The `oloproof.decision/1` document of one run under a policy of single-run decisions."""
     policy.check_single_run("compare two runs with `oloproof compare CANDIDATE BASELINE --policy FILE`")
-
+    refuse_partial(record, "run")
     policy.check_criteria(
         criteria_of(record), why="the run must record it", listing="criteria of the run", single_run=True
     )

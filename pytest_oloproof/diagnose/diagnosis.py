@@ -374,6 +374,12 @@ class Diagnoser:
         except StoreError as exc:
             raise DiagnosisError(f"cannot diagnose {req.run!r}: {exc}") from None
         self.run_id: str = run["run_id"]
+        if run.get("status") == "partial":
+            shard = run.get("shard") or {}
+            raise DiagnosisError(
+                f"run {self.run_id} is shard {shard.get('index')}/{shard.get('count')} of a sharded run (status "
+                "partial); diagnose the merged run: combine every shard's run with `oloproof merge SOURCE…`"
+            )
         if run.get("status") != "complete":
             raise DiagnosisError(
                 f"run {self.run_id} is {run.get('status') or 'incomplete'} (it was interrupted or is still running); "

@@ -65,15 +65,18 @@ class RunRecorder:
         """Metrics, slices and cache counts for the cases recorded so far."""
         return summarize_run(self.cases, summary_settings(self.header))
 
-    def finish(self, status: str, extra: Mapping[str, Any] | None = None) -> RunRecord:
-        """Write the final record; returns it with the slim case summaries (full cases stay in the store)."""
+    def finish(self, status: str, extra: Mapping[str, Any] | None = None, *, explain: bool = True) -> RunRecord:
+        """Write the final record; returns it with the slim case summaries (full cases stay in the store).
+
+        `explain=False`: the cache misses are not explained against this store's previous run (a merge of shards
+        brings the reasons each shard found in its own store, in `extra`)."""
         if status != "complete" and self._writer is not None:
             self._reconcile()
         record = {**self.summarize(), "status": status, "finished_at": now_iso(), **(dict(extra) if extra else {})}
         digest = case_set_digest(self.cases)
         if digest is not None:
             record["case_set_digest"] = digest
-        if self.header.get("purpose", "run") == "run":  # diagnosis child runs bypass caches on purpose
+        if explain and self.header.get("purpose", "run") == "run":  # diagnosis child runs bypass caches on purpose
             try:
                 misses = explain_misses(self.store, self.run_id, self.header, self.cases, self._written_cases)
             except (OSError, ValueError, KeyError, TypeError, StoreError) as exc:  # never lose a run over this

@@ -170,7 +170,7 @@ def make_items(plugin: CasePlugin, parent: OloproofFile, setup: RunSetup) -> Gen
 
         cases = [case_from_record(diagnoser.by_id[case_id]) for case_id in diagnoser.failed_ids]
     else:
-        cases = setup.cases
+        cases = run.shard_cases(setup.cases)
         configured = [e.criterion for e in setup.evaluators]
         plugin.fixture_names = configured + [n for n in added_evaluator_fixtures(config) if n not in configured]
     registered = {str(line).split(":", 1)[0].split("(", 1)[0].strip() for line in config.getini("markers")}

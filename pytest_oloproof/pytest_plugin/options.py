@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pytest_oloproof.cache.caches import CacheMode, parse_mode
-from pytest_oloproof.config.values import parse_positive_int
+from pytest_oloproof.config.values import parse_positive_int, parse_shard
 from pytest_oloproof.errors import OloproofError
 from pytest_oloproof.session import SessionOptions
 
@@ -20,6 +20,13 @@ def _positive_int(value: str) -> int:
         return parse_positive_int(value)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _shard(value: str) -> tuple[int, int]:
+    try:
+        return parse_shard(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--oloproof-shard: {exc}") from None
 
 
 def _cache_mode(value: str) -> CacheMode:
@@ -70,6 +77,15 @@ def add_options(parser: pytest.Parser) -> None:
     group.addoption("--oloproof-fresh", dest="oloproof_fresh", action="store_true", help="re-run child runs")
     group.addoption("--oloproof-baseline", dest="oloproof_baseline", metavar="RUN_ID|FILE")
     group.addoption("--oloproof-policy", dest="oloproof_policy", metavar="PATH")
+    group.addoption(
+        "--oloproof-shard",
+        dest="oloproof_shard",
+        type=_shard,
+        default=None,
+        metavar="I/N",
+        help="run only shard I of N (I counted from 1: 1/4 … 4/4), chosen by a hash of each case id; "
+        "the run is recorded as partial: combine the shards' runs with `oloproof merge`",
+    )
     parser.addini("oloproof_config", "path of oloproof.yaml (default: <rootdir>/oloproof.yaml)", default="")
     parser.addini(
         "oloproof_progress",
@@ -107,6 +123,7 @@ def session_options(config: pytest.Config) -> SessionOptions:
         fresh=bool(opt("oloproof_fresh")),
         baseline=opt("oloproof_baseline"),
         policy=opt("oloproof_policy"),
+        shard=opt("oloproof_shard"),
         lists_only=any(opt(name, None) for name in _LISTING_OPTIONS),
         is_worker=workerinput is not None,
         budget_share=(workerinput or {}).get("oloproof_budget"),

@@ -114,3 +114,9 @@ def case_set_digest(cases: Sequence[Mapping[str, Any]]) -> str | None:
 def settings_identity(settings: Mapping[str, Any]) -> str:
     """`sha256:<hex>` naming an evaluator's settings: how a judge validation is matched to a judge."""
     return "sha256:" + sha256_of(dict(settings))
+
+
+def shard_of(case_id: str, count: int) -> int:
+    """The shard (1..count) a case belongs to: by the sha256 of its id alone, so a case stays in its shard
+    whatever the file order, the other cases or the run (a shard's cache stays warm across runs)."""
+    return int.from_bytes(hashlib.sha256(case_id.encode("utf-8")).digest()[:8], "big") % count + 1

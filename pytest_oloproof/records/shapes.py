@@ -139,7 +139,10 @@ class RunRecord(TypedDict, total=False):
 
     schema: Required[Literal["oloproof.run/1"]]
     run_id: Required[str]
-    status: Required[Literal["complete", "incomplete"]]
+    status: Required[Literal["complete", "incomplete", "partial"]]  # partial: a shard (`shard`, `planned`)
+    shard: dict[str, int]  # a shard's run: {index, count}
+    planned: dict[str, Any]  # a shard's run: the whole case set's {case_set_digest, cases}
+    merged_from: list[str]  # a merged run: the shards' run ids, in shard order
     oloproof_version: str
     purpose: str
     config_path: str

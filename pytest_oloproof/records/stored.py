@@ -308,12 +308,38 @@ class StoredSliceRow(_Stored):
         return self
 
 
+class StoredShard(_Stored):
+    """A shard's run (`--oloproof-shard I/N`): shard `index` of `count`."""
+
+    index: int
+    count: int
+
+    @model_validator(mode="after")
+    def _index_in_range(self) -> StoredShard:
+        if not 1 <= self.index <= self.count:
+            raise ValueError(f"shard index {self.index} is not between 1 and count {self.count}")
+        return self
+
+
+class StoredPlanned(_Stored):
+    """The whole case set a shard's run is part of."""
+
+    case_set_digest: str | None
+    cases: list[str]
+
+
 class StoredRun(_Stored):
-    """run.json: the header written when a run starts, completed with its summary when it ends."""
+    """run.json: the header written when a run starts, completed with its summary when it ends.
+
+    `partial`: a finished run of part of a planned case set (a shard): it carries `shard` and `planned`.
+    """
 
     schema_: Literal["oloproof.run/1"] = Field(alias="schema")
     run_id: str
-    status: Literal["complete", "incomplete"]
+    status: Literal["complete", "incomplete", "partial"]
+    shard: StoredShard | None = None
+    planned: StoredPlanned | None = None
+    merged_from: list[str] | None = None
     purpose: str = "run"
     started_at: str | None = None
     finished_at: str | None = None
@@ -392,6 +418,8 @@ def check_run(value: Any, prefix: str = "") -> str | None:
         StoredRun.model_validate(value)
     except ValidationError as exc:
         return problems(exc, prefix)
+    if value["status"] == "partial" and (value.get("shard") is None or value.get("planned") is None):
+        return f"{prefix}status: partial, but no shard and planned case set (what `oloproof merge` reads)"
     if is_start_header(value):  # its summary is computed from its cases: what that computation reads
         try:
             StoredStartHeader.model_validate(value)

@@ -71,6 +71,8 @@ class SessionOptions:
     fresh: bool = False
     baseline: str | None = None
     policy: str | None = None
+    #: `--oloproof-shard I/N`: (I, N), this run executes only the cases of shard I and is recorded `partial`
+    shard: tuple[int, int] | None = None
     #: the face only lists (items, fixtures, its cache): no case runs, nothing is stored, no store is created
     lists_only: bool = False
     #: an xdist worker: it runs cases; the controller records them
@@ -149,6 +151,7 @@ class RunSession:
         self.diagnoser: Diagnoser | None = None
         self.diagnosis_notes: list[str] = []
         self._described: tuple[tuple[int, ...], list[dict[str, Any]], list[Evaluator]] | None = None
+        self.planned: dict[str, Any] | None = None  # a shard's run: the whole case set it is part of
         self.budget_id = os.urandom(8).hex()  # names the ledger this run's xdist workers share
         self._sigterm_installed = not options.is_worker and install_sigterm()
 
@@ -198,6 +201,8 @@ class RunSession:
         )
         if not self.options.lists_only:  # listing items opens no cache (and creates no store)
             self._check_cache(setup)
+        if self.options.shard is not None:
+            self.planned = planned_set(setup.cases)
         if setup.budget is not None and self.options.budget_share:
             # under pytest-xdist the workers reserve from one ledger, so max_cost / max_judge_calls hold per run
             setup.budget.share(setup.store.root / "budget" / self.options.budget_share)
@@ -279,6 +284,8 @@ class RunSession:
     def _prepare_gate(self) -> None:
         """Validate the baseline and the policy before any case runs."""
         baseline, policy = self.options.baseline, self.options.policy
+        if self.options.shard is not None:
+            _check_shard_alone(self.options)
         if not baseline and not policy:
             return
         from pytest_oloproof.compare.comparison import SessionGate
@@ -370,6 +377,22 @@ class RunSession:
                 "\n".join(shown) + f"\nFix: give these cases another {', '.join(markers)} value, or take the key "
                 f"out of `markers:` ({where}); metadata values never become markers that pytest or a plugin registers"
             )
+
+    def shard_cases(self, cases: Sequence[Case]) -> list[Case]:
+        """The cases this run executes: all of them, or with `--oloproof-shard I/N` those of shard I."""
+        if self.options.shard is None or self.options.diagnose:
+            return list(cases)
+        from pytest_oloproof.records.identity import shard_of
+
+        index, count = self.options.shard
+        return [c for c in cases if shard_of(c.id, count) == index]
+
+    def shard_fields(self) -> dict[str, Any]:
+        """What a shard's run record says of its shard and of the whole case set it is part of."""
+        if self.options.shard is None or self.planned is None:
+            return {}
+        index, count = self.options.shard
+        return {"shard": {"index": index, "count": count}, "planned": self.planned}
 
     # -- start
 
@@ -534,7 +557,8 @@ class RunSession:
                 return None
             from pytest_oloproof.engine.recorder import RunRecorder
 
-            self.recorder = RunRecorder(setup.store, setup.header(cache_mode=self.cache_mode))
+            header = setup.header(cache_mode=self.cache_mode, extra=self.shard_fields())
+            self.recorder = RunRecorder(setup.store, header)
         return self.recorder
 
     # -- interrupt
@@ -606,6 +630,9 @@ class RunSession:
                 self.store_error = exc
         if self.store_error is not None:  # run.json keeps saying incomplete; cases.jsonl what was recorded
             return self._report_store_error()
+        shard = self.options.shard is not None and not self.options.left_out_by_args
+        if self.recorder is None and shard and status in (0, 5):
+            self._recorder()  # a shard none of whose cases ran is still recorded: the merge needs every shard
         if self.recorder is None:
             if self.options.left_out_by_args and self.options.config_path is not None:
                 path = self.options.config_path
@@ -619,9 +646,8 @@ class RunSession:
         # the evaluators actually used (conftest overrides and additions), so the run
         # record and its metrics describe what ran, not only what was configured
         try:
-            record = self.recorder.finish(
-                "complete" if complete else "incomplete", {"evaluators": self.recorder.header["evaluators"]}
-            )
+            done = ("partial" if self.options.shard is not None else "complete") if complete else "incomplete"
+            record = self.recorder.finish(done, {"evaluators": self.recorder.header["evaluators"]})
         except WriteError as exc:  # a full disk at the end, or the run's record deleted during the run
             self.store_error = exc
             return self._report_store_error()
@@ -630,6 +656,12 @@ class RunSession:
         from pytest_oloproof.report.text import run_summary
 
         self.summary_lines = run_summary(record, store_root=str(self.recorder.store.root))
+        if self.options.shard is not None and self.planned is not None:
+            index, count = self.options.shard
+            self.summary_lines.append(
+                f"Shard {index}/{count}: {len(self.recorder.cases)} of {len(self.planned['cases'])} planned cases "
+                "(not gated alone); combine every shard's run with `oloproof merge SOURCE…`"
+            )
         step = os.environ.get("GITHUB_STEP_SUMMARY")
         if step:
             with open(step, "a", encoding="utf-8") as f:
@@ -876,6 +908,35 @@ def turn_off_unusable_cache(setup: RunSetup, what: str) -> str | None:
         f"the cache at {cache_dir} is unusable ({reason}); this {what} is uncached. "
         f"Reset the cache with: {clear_command(cache_dir)}"
     )
+
+
+def planned_set(cases: Sequence[Case]) -> dict[str, Any]:
+    """The whole case set a shard is part of: its case-set digest (as a run of every case records it) and its
+    case ids in file order (the order a merged run records them in)."""
+    from pytest_oloproof.records.identity import case_digest, case_set_digest
+
+    digest = case_set_digest([{"id": c.id, "digest": case_digest(c.input, c.expected)} for c in cases])
+    return {"case_set_digest": digest, "cases": [c.id for c in cases]}
+
+
+def _check_shard_alone(options: SessionOptions) -> None:
+    """A shard's run is partial: it is neither gated nor compared, and a diagnosis is not sharded (CannotStart)."""
+    used = [
+        flag
+        for flag, value in (
+            ("--oloproof-policy", options.policy),
+            ("--oloproof-baseline", options.baseline),
+            ("--oloproof-diagnose", options.diagnose),
+        )
+        if value
+    ]
+    if used:
+        raise CannotStart(
+            f"Oloproof cannot start: --oloproof-shard with {' and '.join(used)}: a shard's run is partial, "
+            "so it is never gated, compared or diagnosed alone. Run each shard without it, combine the shards' "
+            "runs with `oloproof merge SOURCE…`, then gate or compare the merged run "
+            "(`oloproof gate RUN --policy FILE`, `oloproof compare RUN BASELINE --policy FILE`)"
+        )
 
 
 def marker_name(value: Any) -> str:

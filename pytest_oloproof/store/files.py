@@ -420,7 +420,7 @@ class Store:
                 read += 1
                 yield rec
             if pending is not None:
-                torn = not pending[1].endswith("\n") and self._status(run_id, header) != "complete"
+                torn = not pending[1].endswith("\n") and self._status(run_id, header) not in ("complete", "partial")
                 if not torn:
                     raise RecordError(path, pending[0], pending[2], run_id=run_id)
             if check is not None:
@@ -433,7 +433,7 @@ class Store:
                 header = self.run_header(run_id)
             except StoreError:
                 return  # its own error is raised where run.json is read
-        counted = (header.get("counts") or {}).get("cases") if header.get("status") == "complete" else None
+        counted = (header.get("counts") or {}).get("cases") if header.get("status") in ("complete", "partial") else None
         if isinstance(counted, int) and counted != read:
             raise RecordError(path, None, f"holds {read} case records, but run.json counts {counted}", run_id=run_id)
 
@@ -553,6 +553,17 @@ class Store:
         return matches[0]
 
 
+class RunFolder(Store):
+    """One run's folder read on its own, wherever it lies (a CI job's artifact): the store's readers over it."""
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__(Path(folder).parent.parent)
+        self.folder = Path(folder)
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.folder
+
+
 def load_run_file(path: Path) -> RunRecord:
     """A run record exported as JSON (e.g. a baseline committed to the repository), validated whole."""
     try:
@@ -581,7 +592,7 @@ def load_run_file(path: Path) -> RunRecord:
                     f'case id "{case["id"]}" is recorded twice, at cases[{first}] and cases[{i}]{at} '
                     "(a run records each case once)"
                 )
-    counted = (data.get("counts") or {}).get("cases") if data.get("status") == "complete" else None
+    counted = (data.get("counts") or {}).get("cases") if data.get("status") in ("complete", "partial") else None
     if problem is None and counted is not None and counted != len(data.get("cases") or []):
         problem = f"cases: holds {len(data.get('cases') or [])} case records, but counts.cases is {counted}"
     if problem is not None:
