@@ -490,7 +490,7 @@ def _preview(value: Any, limit: int = 40) -> str:
 
 
 class StoredIntervention(_Stored):
-    name: Literal["gold-context", "top-k", "reranker"]
+    name: Literal["gold-context", "top-k", "reranker", "token-budget"]
     settings: dict[str, Any] | None = None
 
 
@@ -595,7 +595,7 @@ class StoredGoldDiagnosis(_StoredDiagnosis):
 
 
 class StoredReplayDiagnosis(_StoredDiagnosis):
-    """An `oloproof.diagnosis/1` document of a top-k or reranker replay."""
+    """An `oloproof.diagnosis/1` document of a top-k, reranker or token-budget replay."""
 
     counts: StoredReplayCounts
     cases: list[StoredReplayEntry]
@@ -742,7 +742,7 @@ def check_doc(kind: str, value: Any) -> str | None:
     elif kind == "diagnosis":
         intervention = value.get("intervention") if isinstance(value, Mapping) else None
         name = intervention.get("name") if isinstance(intervention, Mapping) else None
-        model = StoredReplayDiagnosis if name in ("top-k", "reranker") else StoredGoldDiagnosis
+        model = StoredReplayDiagnosis if name in ("top-k", "reranker", "token-budget") else StoredGoldDiagnosis
     else:
         return None
     try:

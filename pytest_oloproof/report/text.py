@@ -333,12 +333,14 @@ def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
 
 
 def intervention_title(intervention: Mapping[str, Any]) -> str:
-    """How an intervention is named in the output: "gold context", "top-k 4", "reranker mod:fn"."""
+    """How an intervention is named in the output: "gold context", "top-k 4", "token budget 120", …"""
     name, settings = intervention["name"], intervention.get("settings") or {}
     if name == "top-k":
         return f"top-k {settings.get('top_k')}"
     if name == "reranker":
         return f"reranker {settings.get('reranker')}"
+    if name == "token-budget":
+        return f"token budget {settings.get('token_budget')}"
     return "gold context"
 
 
