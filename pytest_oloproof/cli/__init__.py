@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pytest_oloproof.errors import ExitCode
 
-from . import compare, core, diagnose, gate, report, validate_judge
+from . import compare, core, diagnose, gate, judge_probe, report, validate_judge
 from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -21,6 +21,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     gate.PLAN,
     diagnose.SUBCOMMAND,
     validate_judge.SUBCOMMAND,
+    judge_probe.SUBCOMMAND,
     report.SUBCOMMAND,
 )
 

@@ -28,6 +28,7 @@ KIND_DIRS = {
     "comparison": "comparisons",
     "judge_validation": "judge_validations",
     "decision": "decisions",
+    "judge_probe": "judge_probes",
 }
 #: `latest` (the newest run) and `latest~N` (N runs before it), accepted wherever a run id is
 LATEST = re.compile(r"latest(?:~(\d+))?")
