@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "report", "validate_judge"]
+SUBCOMMAND_MODULES = ["compare", "diagnose", "gate", "judge_probe", "report", "validate_judge"]
 
 
 def _package_imports(path: Path) -> list[str]:
@@ -39,8 +39,15 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
     assert out.strip() == str(sorted(f"pytest_oloproof.cli.{m}" for m in SUBCOMMAND_MODULES))
     from pytest_oloproof.cli import SUBCOMMANDS, core
 
-    assert [s.name for s in SUBCOMMANDS] == ["compare", "gate", "plan", "diagnose", "validate-judge", "report"]
-    assert {s.inspects for s in SUBCOMMANDS} == {"comparison", "decision", "diagnosis", "judge_validation", None}
+    assert [s.name for s in SUBCOMMANDS] == ["compare", "gate", "plan", "diagnose", "validate-judge", "judge", "report"]
+    assert {s.inspects for s in SUBCOMMANDS} == {
+        "comparison",
+        "decision",
+        "diagnosis",
+        "judge_validation",
+        "judge_probe",
+        None,
+    }
     parser = core.build_parser(())
     with_all = core.build_parser(SUBCOMMANDS)
     assert "report" not in parser.format_help() and "report" in with_all.format_help()
@@ -49,7 +56,20 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
 def test_the_command_lists_every_subcommand() -> None:
     proc = subprocess.run([sys.executable, "-m", "pytest_oloproof.cli", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
-    for name in ("run", "runs", "inspect", "cache", "compare", "gate", "plan", "diagnose", "validate-judge", "report"):
+    names = (
+        "run",
+        "runs",
+        "inspect",
+        "cache",
+        "compare",
+        "gate",
+        "plan",
+        "diagnose",
+        "validate-judge",
+        "judge",
+        "report",
+    )
+    for name in names:
         assert f"    {name}" in proc.stdout, name
 
 

@@ -99,7 +99,7 @@ def test_probe_counts_flips_bypasses_the_cache_and_is_stored(project: Path, serv
         "--json",
     )
     assert r.returncode == 0, r.stderr
-    assert "26 judge ask(s)" in r.stderr  # said before asking
+    assert "26 asks, 0 already in the judgment cache, 26 to send" in r.stderr  # said before asking
     # the run's verdicts are in the judgment cache, yet every probe was asked: 13 cases x 2
     assert len(server.requests) - ran == 26
     doc = json.loads(r.stdout)
@@ -145,6 +145,7 @@ def test_probe_counts_flips_bypasses_the_cache_and_is_stored(project: Path, serv
         "--json",
     )
     assert again.returncode == 0 and len(server.requests) == before
+    assert "26 asks, 26 already in the judgment cache, 0 to send" in again.stderr
     assert json.loads(again.stdout)["counts"]["asks_cached"] == 26
     # one more ask reuses probes 1 and 2 and asks only the third
     three = oloproof(

@@ -22,7 +22,7 @@ from pytest_oloproof.engine.setup import RunSetup, case_from_record, safe_settin
 from pytest_oloproof.errors import OloproofError, StoreError
 from pytest_oloproof.evaluate.judge_validation import judge_identity
 from pytest_oloproof.evaluate.record import VerdictDigests, asks_a_model, eval_input, judge_verdict, verdict_key
-from pytest_oloproof.evaluators.base import Evaluator
+from pytest_oloproof.evaluators.base import EvalInput, Evaluator
 from pytest_oloproof.records.identity import judgment_probe_key
 from pytest_oloproof.stats.intervals import clopper_pearson
 from pytest_oloproof.store.files import Store
@@ -94,12 +94,26 @@ class JudgeProbe:
         """How many judge asks the probe needs (fewer are sent when the judgment cache holds some)."""
         return self.times * len(self.probed)
 
-    def _ask_case(self, rec: Mapping[str, Any]) -> dict[str, Any]:
+    def _inputs(self, rec: Mapping[str, Any]) -> tuple[EvalInput, VerdictDigests, str | None]:
+        """What the judge read for this case in the run (answer, assembled context), and its verdict key."""
         case = case_from_record(rec)
         gold = (rec.get("expected") or {}).get("gold_context") if rec.get("gold_context") else None
         x = eval_input(case, rec, gold)
         digests = VerdictDigests(x)
-        base = verdict_key(self.judge, digests)
+        return x, digests, verdict_key(self.judge, digests)
+
+    def cached_asks(self) -> int:
+        """How many of the probe's asks the judgment cache already holds (they are not sent again)."""
+        n = 0
+        for rec in self.probed:
+            base = self._inputs(rec)[2]
+            if base is not None:
+                keys = (judgment_probe_key(base, i) for i in range(1, self.times + 1))
+                n += sum(isinstance(self.ev.caches.get("judgment", k), dict) for k in keys)
+        return n
+
+    def _ask_case(self, rec: Mapping[str, Any]) -> dict[str, Any]:
+        x, digests, base = self._inputs(rec)
         verdicts: list[str | None] = [_verdict(self._recorded(rec))]
         missing: list[dict[str, Any]] = []
         cached = 0
@@ -195,9 +209,9 @@ def latest_probe(store: Store, identity: str) -> tuple[str, dict[str, Any]] | No
 
 def announce(probe: JudgeProbe, write: Callable[[str], object]) -> None:
     """What the probe will spend, said before it asks anything."""
-    j = probe.judge
+    j, cached = probe.judge, probe.cached_asks()
     write(
         f"oloproof: asking judge {j.type} ({probe.criterion}) {probe.times} more time(s) on each of "
-        f"{len(probe.probed)} recorded verdict(s) of run {probe.run_id}: {probe.asks} judge ask(s) "
-        "(asks already in the judgment cache are not sent again)\n"
+        f"{len(probe.probed)} recorded verdict(s) of run {probe.run_id}: {probe.asks} asks, "
+        f"{cached} already in the judgment cache, {probe.asks - cached} to send\n"
     )
