@@ -51,6 +51,11 @@ def server() -> ScriptedServer:
 
 @pytest.fixture
 def project(tmp_path: Path, server: ScriptedServer) -> Path:
+    return make_project(tmp_path, server)
+
+
+def make_project(tmp_path: Path, server: ScriptedServer) -> Path:
+    """A copy of the example with judges.yaml: its evaluators plus a groundedness judge on the server."""
     root = tmp_path / "support_rag"
     shutil.copytree(EXAMPLE, root, ignore=shutil.ignore_patterns(".oloproof", "__pycache__", ".pytest_cache"))
     config = (root / "oloproof.yaml").read_text(encoding="utf-8")
@@ -58,7 +63,7 @@ def project(tmp_path: Path, server: ScriptedServer) -> Path:
         "  - {type: groundedness_judge, provider: openai, model: probe-m, "
         f"base_url: '{server.base_url}', api_key_env: PROBE_KEY, retries: 0, concurrency: 2}}\n"
     )
-    config = config.replace("slices:", judge.rstrip("\n").replace("  - ", "  - ", 1) + "\nslices:", 1)
+    config = config.replace("slices:", judge + "slices:", 1)
     (root / "judges.yaml").write_text(config, encoding="utf-8")
     return root
 
@@ -238,3 +243,47 @@ def test_probe_keys_are_separate_from_the_verdict_key() -> None:
     assert len(keys) == 3 and base not in keys
     assert judgment_probe_key(base, 1) == judgment_probe_key(base, 1)
     assert judgment_probe_key("b" * 64, 1) not in keys
+
+
+class BrokenOnInvoices(Alternating):
+    """As Alternating, but the first probe ask on an answer about invoices gets a reply with no verdict."""
+
+    def __call__(self, request: Recorded) -> Reply:
+        prompt = request.json()["messages"][-1]["content"]
+        if "invoice" in prompt.split("ANSWER:\n", 1)[1].lower():
+            with self.lock:
+                n = self.seen[prompt]
+                self.seen[prompt] += 1
+            return Reply.chat("I would rather not say.") if n == 1 else Reply.verdict("pass")
+        return super().__call__(request)
+
+
+def test_an_ask_without_a_verdict_is_missing_not_stable(tmp_path: Path) -> None:
+    with ScriptedServer(responder=BrokenOnInvoices()) as server:
+        root = make_project(tmp_path, server)
+        assert run_cases(root).returncode == 1
+        r = oloproof(
+            root,
+            "judge",
+            "probe",
+            "latest",
+            "--criterion",
+            "grounded",
+            "--times",
+            "2",
+            "--config",
+            "judges.yaml",
+            "--json",
+        )
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        broken = [e for e in doc["cases"] if e["missing"]]
+        assert [e["id"] for e in broken] == ["invoice_download"]
+        (e,) = broken
+        assert e["verdicts"] == ["pass", None, "pass"] and e["flipped"] is None
+        assert e["missing"][0]["probe"] == 1 and e["missing"][0]["reason"].startswith("judge_error")
+        assert doc["counts"]["with_missing_asks"] == 1 and doc["counts"]["asks_missing"] == 1
+        assert doc["flip_rate"]["of"] == 12  # left out, never counted as stable
+        text = oloproof(root, "inspect", doc["id"], "--config", "judges.yaml").stdout
+        assert "  invoice_download: pass, missing, pass — missing (ask 1: judge_error" in text
+        assert "Missing: 1 case(s) with an ask that returned no verdict; left out of the flip rate (see below)" in text
