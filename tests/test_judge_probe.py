@@ -287,3 +287,30 @@ def test_an_ask_without_a_verdict_is_missing_not_stable(tmp_path: Path) -> None:
         text = oloproof(root, "inspect", doc["id"], "--config", "judges.yaml").stdout
         assert "  invoice_download: pass, missing, pass — missing (ask 1: judge_error" in text
         assert "Missing: 1 case(s) with an ask that returned no verdict; left out of the flip rate (see below)" in text
+
+
+def test_an_edited_probe_document_is_an_error_naming_its_file(tmp_path: Path) -> None:
+    from pytest_oloproof.store.files import Store
+
+    store = Store(tmp_path / ".oloproof")
+    doc = {
+        "schema": "oloproof.judge_probe/1",
+        "run_id": "run_x",
+        "criterion": "grounded",
+        "judge": {"type": "groundedness_judge", "criterion": "grounded", "identity": "sha256:ab"},
+        "times": 1,
+        "counts": {"probed": 1},
+        "flip_rate": {"flipped": 0, "of": 1, "rate": 0.0, "low": 0.0, "high": 0.975, "confidence": 0.95},
+        "cases": [{"id": "a", "verdicts": ["pass", "pass"], "flipped": False, "missing": []}],
+    }
+    good = store.save_doc("judge_probe", doc)
+    assert store.load_doc("judge_probe", good) == doc
+    bad = store.save_doc("judge_probe", {**doc, "cases": [{**doc["cases"][0], "verdicts": ["pass", "maybe"]}]})
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest_oloproof.cli", "inspect", bad, "--store", str(store.root)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert r.returncode == 2 and "judge_probes" in r.stderr and "cases" in r.stderr, r.stderr
+    assert "remove the file and run `oloproof judge probe` again" in r.stderr
