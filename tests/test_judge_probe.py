@@ -107,6 +107,7 @@ def test_probe_counts_flips_bypasses_the_cache_and_is_stored(project: Path, serv
     assert "26 asks, 0 already in the judgment cache, 26 to send" in r.stderr  # said before asking
     # the run's verdicts are in the judgment cache, yet every probe was asked: 13 cases x 2
     assert len(server.requests) - ran == 26
+    assert server.max_in_flight <= 2  # the judge's `concurrency: 2` holds for the probe's asks too
     doc = json.loads(r.stdout)
     by_id = {e["id"]: e for e in doc["cases"]}
     refund = {i for i, e in by_id.items() if e["verdicts"][0] == "fail"}
