@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["cache", "compare", "diagnose", "gate", "labels", "merge", "report", "validate_judge"]
+SUBCOMMAND_MODULES = ["cache", "compare", "diagnose", "gate", "judge_probe", "labels", "merge", "report", "validate_judge"]
 
 
 def _package_imports(path: Path) -> list[str]:
@@ -46,6 +46,7 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
         "diagnose",
         "validate-judge",
         "labels",
+        "judge",
         "report",
         "cache",
         "merge",
@@ -56,6 +57,7 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
         "diagnosis",
         "judge_validation",
         "labels",
+        "judge_probe",
         None,
     }
     parser = core.build_parser(())
@@ -66,7 +68,20 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
 def test_the_command_lists_every_subcommand() -> None:
     proc = subprocess.run([sys.executable, "-m", "pytest_oloproof.cli", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
-    for name in ("run", "runs", "inspect", "cache", "compare", "gate", "plan", "diagnose", "validate-judge", "report"):
+    names = (
+        "run",
+        "runs",
+        "inspect",
+        "cache",
+        "compare",
+        "gate",
+        "plan",
+        "diagnose",
+        "validate-judge",
+        "judge",
+        "report",
+    )
+    for name in names:
         assert f"    {name}" in proc.stdout, name
 
 

@@ -298,3 +298,123 @@ def test_render_needs_only_the_document() -> None:
         "Selected: 0 failed cases with gold context (observed; no population claim)",
         "Undiagnosable: 2 failed case(s) without gold context: a, b",
     ]
+
+
+NO_COUNT_APP = """
+from pytest_oloproof import rag_system
+from {module} import DiagRag
+
+
+@rag_system(name="diag-rag", version="v1", depth=4, top_k=2, index_version="ix-1")
+class NoCount:
+    '''The same retriever and generator, without count_tokens (so without a token budget).'''
+
+    def retrieve(self, input, depth):
+        return DiagRag().retrieve(input, depth)
+
+    def generate(self, input, context):
+        return DiagRag().generate(input, context)
+"""
+
+
+def no_count_config(project: Project) -> Path:
+    """nocount.yaml: the project's system without count_tokens."""
+    (project.root / f"{project.module}_nocount.py").write_text(NO_COUNT_APP.format(module=project.module))
+    cfg = project.root / "nocount.yaml"
+    text = (
+        (project.root / "oloproof.yaml")
+        .read_text()
+        .replace(f"{project.module}:DiagRag", f"{project.module}_nocount:NoCount")
+    )
+    cfg.write_text(text)
+    return cfg
+
+
+def test_token_budget_replay_makes_no_retriever_call_and_carries_labels(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = project.run()
+    main(project, capsys, "diagnose", run_id)  # the gold-context diagnosis, reused by the replay
+    retrieves, generates = project.calls("retrieve"), project.calls("generate")
+    args = ("diagnose", run_id, "--intervention", "token-budget", "--token-budget", "20")
+    code, out, err = main(project, capsys, *args)
+    assert code == 0, err
+    assert project.calls("retrieve") == retrieves  # re-assembled from the recorded candidates
+    assert project.calls("generate") - generates == 14  # 7 cases: the replay and its control
+    lines = out.splitlines()
+    # at 20 tokens the long relevant passage (10 tokens, after a 3-token one) enters the context: only `budget`
+    assert "Recovered under token budget 20: 1 of 6" in lines
+    assert "Confirmed under token budget 20: 1 of 1 CONTEXT_ASSEMBLY_LOSS cases also recovered" in lines
+    labels_line = next(line for line in lines if line.startswith("Labels from gold context (diagnosis sha256:"))
+    assert labels_line.endswith("): 5 of 6 recovered")
+    assert ", token budget 20 run_" in lines[-2] and ", replay control run_" in lines[-2]
+    doc = json.loads(main(project, capsys, "inspect", lines[-3].split()[1], "--json")[1])
+    assert doc["intervention"] == {"name": "token-budget", "settings": {"token_budget": 20}}
+    replay = d_run(project, doc["child_runs"]["replay"])
+    assert replay["purpose"] == "diagnosis-token-budget" and replay["parent_run"] == run_id
+    budget = next(c for c in replay["cases"] if c["id"] == "budget")
+    assert budget["context"] == [1, 2] and budget["dropped"] == [] and budget["cache"]["retrieve"] is None
+    control = next(c for c in d_run(project, doc["child_runs"]["replay_control"])["cases"] if c["id"] == "budget")
+    assert control["context"] == [1] and control["dropped"] == [{"position": 2, "reason": "token_budget"}]
+    code, out, _ = main(project, capsys, "inspect", doc["id"])
+    assert "best relevant position 2; under token budget 20: recovered" in out
+
+
+def d_run(project: Project, run_id: str) -> dict[str, Any]:
+    from pytest_oloproof.store.files import Store
+
+    return dict(Store(project.store).load_run(run_id))
+
+
+def test_token_budget_replay_counts_what_the_run_did_not(project: Project, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run recorded without token counts (its system had no count_tokens): the replay counts the recorded
+    passages with the configured system's count_tokens, and still calls no retriever."""
+    run_id = project.run(no_count_config(project).name)
+    retrieves = project.calls("retrieve")
+    code, out, err = main(project, capsys, "diagnose", run_id, "--intervention", "token-budget", "--token-budget", "3")
+    assert code == 0, err
+    assert "diagnosing with the run's recorded settings" in err  # the run had no budget
+    doc = json.loads(main(project, capsys, "inspect", out.splitlines()[-3].split()[1], "--json")[1])
+    # without a budget `budget` passed: 6 selected, and only the gold-context diagnosis's control retrieved
+    assert doc["counts"]["selected"] == 6 and project.calls("retrieve") - retrieves == 6
+    assert all(c["tokens"] is None for rec in d_run(project, run_id)["cases"] for c in rec["retrieval"] or [])
+    distract = next(c for c in d_run(project, doc["child_runs"]["replay"])["cases"] if c["id"] == "distract")
+    assert [c["tokens"] for c in distract["retrieval"]] == [4, 4]  # "the answer is ANSWER-…"
+    assert distract["context"] == [] and [d["position"] for d in distract["dropped"]] == [1, 2]
+
+
+def test_token_budget_replay_errors_exit_2_and_write_nothing(
+    project: Project, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_id = project.run()
+    nocount = no_count_config(project)
+    listing = project.listing()
+    config = str(project.root / "oloproof.yaml")
+    cases = {
+        "budget missing": (["diagnose", run_id, "--intervention", "token-budget"], "needs --token-budget N"),
+        "budget zero": (
+            ["diagnose", run_id, "--intervention", "token-budget", "--token-budget", "0"],
+            "--token-budget",
+        ),
+        "budget not a number": (
+            ["diagnose", run_id, "--intervention", "token-budget", "--token-budget", "1.5"],
+            "--token-budget",
+        ),
+        "budget for top-k": (
+            ["diagnose", run_id, "--intervention", "top-k", "--top-k", "3", "--token-budget", "20"],
+            "--token-budget is for --intervention token-budget, not top-k",
+        ),
+        "no count_tokens": (
+            ["diagnose", run_id, "--intervention", "token-budget", "--token-budget", "20", "--config", str(nocount)],
+            "has no count_tokens(passage)",
+        ),
+    }
+    for name, (args, message) in cases.items():
+        code = cli.main(args if "--config" in args else [*args, "--config", config])
+        out, err = capsys.readouterr()
+        assert code == 2, (name, out, err)
+        assert message in err, (name, err)
+        assert out == ""
+    assert project.listing() == listing
+    with pytest.raises(DiagnosisError, match="a whole number of tokens, at least 1"):
+        diagnoser(project, Request(run=run_id, intervention="token-budget", token_budget=0))

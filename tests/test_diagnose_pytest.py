@@ -92,6 +92,25 @@ def test_keyword_narrows_and_replay_carries_labels(pytester: pytest.Pytester, pr
     assert project.calls("retrieve") - retrieves == 2
 
 
+def test_token_budget_replay_as_a_pytest_session(pytester: pytest.Pytester, project: Project) -> None:
+    run_id = project.run()
+    retrieves = project.calls("retrieve")
+    args = ("--oloproof-intervention", "token-budget", "--oloproof-token-budget", "20", "-k", "budget or gen")
+    result = pytester.runpytest(*diagnose_args(run_id, *args))
+    result.assert_outcomes(passed=2, deselected=6)
+    result.stdout.fnmatch_lines(
+        [
+            "Recovered under token budget 20: 1 of 2",
+            "Confirmed under token budget 20: 1 of 1 CONTEXT_ASSEMBLY_LOSS cases also recovered",
+            "Labels from gold context (diagnosis sha256:*): 1 of 2 recovered",
+        ]
+    )
+    assert project.calls("retrieve") - retrieves == 2  # the gold-context control's; the replay calls none
+    result = pytester.runpytest(*diagnose_args(run_id, "--oloproof-intervention", "token-budget"))
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*--intervention token-budget needs --token-budget N*"])
+
+
 def test_bad_run_id_stops_the_session_and_writes_nothing(pytester: pytest.Pytester, project: Project) -> None:
     project.run()
     listing = project.listing()

@@ -1,10 +1,11 @@
 """The figures the documentation prints are the program's output: the support_rag walk-through is run through
-real subprocesses (run, release policy, gate, plan, diagnose, replays, budget 120, compare) and every printed
-block of its README — and the documentation site's copies of them (docs/) — must match it line by line (ids
-excepted)."""
+real subprocesses (run, release policy, gate, plan, diagnose, replays, the budget-120 replay and run, compare) and
+every printed block of its README — and the documentation site's copies of them (docs/) — must match it line by
+line (ids excepted)."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -103,9 +104,17 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         "reranker", 0, "diagnose", first, "--intervention", "reranker", "--reranker", "app:keyword_reranker",
         "--criterion", "answer_correct",
     )  # fmt: skip
+    step(
+        "budget_replay", 0, "diagnose", first, "--intervention", "token-budget", "--token-budget", "120",
+        "--criterion", "answer_correct",
+    )  # fmt: skip
+    replay = re.search(r"^Diagnosis (sha256:[0-9a-f]{64})$", out["budget_replay"], flags=re.M)
+    assert replay
+    step("budget_replay_json", 0, "inspect", replay.group(1), "--json")
     cfg = ex / "oloproof.yaml"
     cfg.write_text(cfg.read_text(encoding="utf-8").replace("token_budget: 40", "token_budget: 120"), encoding="utf-8")
     step("budget", 1, "run", "-p", "no:cacheprovider")
+    step("budget_json", 0, "inspect", Store(ex / ".oloproof").run_ids()[0], "--json")
     step("compare", 3, "compare", "latest", first, "--policy", "compare.yaml")
     comparison = out["compare"].split()[1]
     (ex / "graded.yaml").write_text(
@@ -121,6 +130,18 @@ def walk(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     )  # fmt: skip
     step("plan_comparison", 0, "plan", comparison, "--policy", "compare.yaml")
     return out
+
+
+def test_the_budget_replay_predicts_the_run_at_that_budget(walk: dict[str, str]) -> None:
+    """The replay at 120 tokens (recorded candidates, no retriever call) and the run with token_budget 120 agree
+    case by case: the four failures stay failures, as the page's manual experiment found."""
+    replay = json.loads(walk["budget_replay_json"])
+    run = json.loads(walk["budget_json"])
+    assert run["system"]["token_budget"] == 120 and replay["intervention"]["settings"] == {"token_budget": 120}
+    verdicts = {c["id"]: c["criteria"]["answer_correct"]["value"] for c in run["cases"]}
+    assert {e["id"]: e["replay"]["value"] for e in replay["cases"]} == {i: verdicts[i] for i in replay["selected"]}
+    assert sorted(replay["selected"]) == ["money_back", "refund_review", "seat_count", "security_review"]
+    assert set(verdicts.values()) == {0.0, 1.0} and sum(v == 0.0 for v in verdicts.values()) == 4
 
 
 def test_the_example_prints_the_pages_figures(walk: dict[str, str]) -> None:
@@ -143,6 +164,7 @@ def test_the_example_prints_the_pages_figures(walk: dict[str, str]) -> None:
         ("oloproof inspect sha256:", "inspect"),
         ("oloproof diagnose run_01M8MG77VNVMQ119R2M1V9Z98T --intervention top-k", "topk"),
         ("oloproof diagnose run_01M8MG77VNVMQ119R2M1V9Z98T --intervention reranker", "reranker"),
+        ("oloproof diagnose run_01M8MG77VNVMQ119R2M1V9Z98T --intervention token-budget", "budget_replay"),
         ("sed -i 's/token_budget: 40/token_budget: 120/'", "budget"),
         ("oloproof compare NEW_RUN_ID FIRST_RUN_ID --policy compare.yaml", "compare"),
         ("oloproof run --oloproof-config oloproof-judges.yaml", "judges"),

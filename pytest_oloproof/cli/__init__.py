@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from pytest_oloproof.errors import ExitCode
 
-from . import cache, compare, core, diagnose, gate, labels, merge, report, validate_judge
+from . import cache, compare, core, diagnose, gate, judge_probe, labels, merge, report, validate_judge
 from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -22,6 +22,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     diagnose.SUBCOMMAND,
     validate_judge.SUBCOMMAND,
     labels.SUBCOMMAND,
+    judge_probe.SUBCOMMAND,
     report.SUBCOMMAND,
     cache.SUBCOMMAND,
     merge.SUBCOMMAND,

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 # diagnose/ (and scipy behind the run recorder) is imported only when a diagnosis runs, so that
 # registering the subcommand keeps every other `oloproof` command quick to start
-INTERVENTIONS = ("gold-context", "top-k", "reranker")
+INTERVENTIONS = ("gold-context", "top-k", "reranker", "token-budget")
 
 
 def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -27,6 +27,12 @@ def _add(sub: Any, common: Callable[[argparse.ArgumentParser], None]) -> None:
     p.add_argument("--criterion", help="criterion to diagnose (default: the run's first pass/fail criterion)")
     p.add_argument("--top-k", type=cli.positive_int, metavar="N", help="the cut to replay with (--intervention top-k)")
     p.add_argument("--reranker", metavar="MODULE:FUNCTION", help="function(query, candidates) -> candidates")
+    p.add_argument(
+        "--token-budget",
+        type=cli.positive_int,
+        metavar="N",
+        help="the budget to re-assemble the recorded candidates under (--intervention token-budget)",
+    )
     p.add_argument("--fresh", action="store_true", help="re-execute child runs even if identical ones exist")
     common(p)
 
@@ -60,6 +66,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         criterion=args.criterion,
         top_k=args.top_k,
         reranker=args.reranker,
+        token_budget=args.token_budget,
         fresh=args.fresh,
     )
     try:

@@ -87,9 +87,19 @@ def cmd_validate_judge(args: argparse.Namespace) -> int:
     )
     doc_id = ev.store.save_doc("judge_validation", record)
     ev.caches.close()
-    from pytest_oloproof.report.text import judge_validation_lines
+    from pytest_oloproof.diagnose.judge_probe import latest_probe
+    from pytest_oloproof.report.text import judge_probe_summary, judge_validation_lines
 
-    cli._emit(args, {"id": doc_id, **record}, judge_validation_lines(record, doc_id))
+    out, lines = {"id": doc_id, **record}, judge_validation_lines(record, doc_id)
+    probe = latest_probe(ev.store, record["judge"]["identity"])  # how often this judge flips (oloproof judge probe)
+    if probe is not None:
+        probe_id, probe_doc = probe
+        out["consistency"] = {"probe": probe_id, "run_id": probe_doc["run_id"], "times": probe_doc["times"]}
+        out["consistency"]["flip_rate"] = probe_doc["flip_rate"]
+        lines.append(f"Consistency (probe {probe_id} of run {probe_doc['run_id']}): {judge_probe_summary(probe_doc)}")
+    else:
+        lines.append("Consistency: not probed (oloproof judge probe RUN --criterion C --times K)")
+    cli._emit(args, out, lines)
     return ExitCode.OK if record["passed"] else ExitCode.FAILED
 
 

@@ -7,7 +7,7 @@ here imports pytest.
 
 A diagnosis is read case by case: a control (nothing changed, every cache
 bypassed) guards against flaky cases, and an intervention (gold context, a
-top-k replay, a reranker replay) tells which stage the failure is implicated
+top-k, reranker or token-budget replay) tells which stage the failure is implicated
 in. The words are deliberately weak: a factor is *implicated*, an experiment is
 a *candidate*; recovery under an intervention never establishes a cause.
 
@@ -49,7 +49,7 @@ from .labels import (
 )
 
 SCHEMA = "oloproof.diagnosis/1"
-INTERVENTIONS = ("gold-context", "top-k", "reranker")
+INTERVENTIONS = ("gold-context", "top-k", "reranker", "token-budget")
 # child-run kinds: key in the diagnosis document, run-header purpose, text in "Child runs:"
 _CHILD = {
     "gold-context": ("gold_context", "diagnosis-gold-context"),
@@ -72,6 +72,7 @@ class Request:
     criterion: str | None = None
     top_k: int | None = None
     reranker: str | None = None
+    token_budget: int | None = None
     fresh: bool = False
 
 
@@ -260,7 +261,7 @@ def build_replay_doc(
     child_runs: Mapping[str, str],
     gold_doc_id: str,
 ) -> DiagnosisDoc:
-    """The document of a top-k or reranker replay, carrying the gold-context labels of the same cases."""
+    """The document of a top-k, reranker or token-budget replay, carrying the gold-context labels of the same cases."""
     entries = [
         {**e, "unstable": e["label"] == UNSTABLE or passed(e["replay_control"])}
         for e in sorted(entries, key=lambda e: e["id"])
@@ -436,6 +437,10 @@ class Diagnoser:
             self.rerank = fn
         elif req.reranker:
             raise DiagnosisError(f"--reranker is for --intervention reranker, not {req.intervention}")
+        if req.intervention == "token-budget":
+            self._check_token_budget(req.token_budget)
+        elif req.token_budget is not None:
+            raise DiagnosisError(f"--token-budget is for --intervention token-budget, not {req.intervention}")
         system = self.ev.system
         self.engine = Engine(
             ResolvedSystem(system.kind, system.obj, rsys, system.transient),
@@ -466,6 +471,20 @@ class Diagnoser:
         self._recorders: dict[str, RunRecorder] = {}
 
     # -- validation helpers
+
+    def _check_token_budget(self, budget: int | None) -> None:
+        """A budget replay needs a whole number of tokens >= 1 and the system's count_tokens (for the
+        candidates the run recorded without a count); Oloproof never estimates tokens itself."""
+        if budget is None:
+            raise DiagnosisError("--intervention token-budget needs --token-budget N (the budget to replay with)")
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 1:
+            raise DiagnosisError(f"--token-budget {budget!r}: the budget is a whole number of tokens, at least 1")
+        if not callable(getattr(self.ev.system.obj, "count_tokens", None)):
+            raise DiagnosisError(
+                f"--intervention token-budget: the system {self.ev.system.config.get('name')!r} in "
+                f"{self.ev.cfg.path} has no count_tokens(passage); a budget replay assembles the context by the "
+                "system's own token counts — add count_tokens to the system"
+            )
 
     def _check_queries(self) -> None:
         """A reranker replay needs the query retrieve() returned; runs recorded before it was kept have none."""
@@ -589,6 +608,14 @@ class Diagnoser:
                 None,
                 False,
             )
+        elif self.request.intervention == "token-budget":
+            plans["replay"] = (
+                ExecutionPlan(
+                    label="token-budget", recorded=cands, token_budget=self.request.token_budget, query=query
+                ),
+                None,
+                False,
+            )
         if self.is_replay():
             plans["replay-control"] = (ExecutionPlan(label="replay-control", recorded=cands, query=query), None, True)
         return plans
@@ -665,6 +692,8 @@ class Diagnoser:
             return {"top_k": self.request.top_k}
         if self.request.intervention == "reranker":
             return {"reranker": self.request.reranker}
+        if self.request.intervention == "token-budget":
+            return {"token_budget": self.request.token_budget}
         return {}
 
     def finish(self, *, complete: bool = True) -> Result:

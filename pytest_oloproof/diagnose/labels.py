@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-REPLAYS = ("top-k", "reranker")
+REPLAYS = ("top-k", "reranker", "token-budget")
 
 #: label -> (reason, strength, text of its output line); the order is the order of the output
 LABELS: dict[str, tuple[str, str, str]] = {
@@ -59,6 +59,7 @@ FACTORS: dict[str, tuple[str, tuple[str, ...]]] = {
 CONFIRMS: dict[str, tuple[str, ...]] = {
     "top-k": ("RANKED_OUT",),
     "reranker": ("RANKED_OUT", "CONTEXT_ASSEMBLY_LOSS"),
+    "token-budget": ("CONTEXT_ASSEMBLY_LOSS",),
 }
 HYPOTHESIS = "This is a hypothesis to test, not an established cause."
 

@@ -62,6 +62,7 @@ class ExecutionPlan:
     top_k: int | None = None
     reranker: Callable[..., Any] | None = None
     query: Any = None  # the recorded Retrieval.query, for a replay (what a reranker receives)
+    token_budget: int | None = None  # assemble under this budget instead of the system's (a token-budget replay)
 
 
 NORMAL = ExecutionPlan()
@@ -218,7 +219,7 @@ class Engine:
             rec["gold_context"] = True
         else:
             top_k = plan.top_k or sysconf["top_k"]
-            budget = sysconf.get("token_budget")
+            budget = sysconf.get("token_budget") if plan.token_budget is None else plan.token_budget
             if budget is not None:
                 for c in candidates:
                     if c.get("tokens") is None:

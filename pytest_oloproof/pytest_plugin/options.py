@@ -69,11 +69,12 @@ def add_options(parser: pytest.Parser) -> None:
         dest="oloproof_intervention",
         default="gold-context",
         metavar="NAME",
-        help="gold-context | top-k | reranker",
+        help="gold-context | top-k | reranker | token-budget",
     )
     group.addoption("--oloproof-criterion", dest="oloproof_criterion", metavar="NAME", help="criterion to diagnose")
     group.addoption("--oloproof-top-k", dest="oloproof_top_k", type=_positive_int, metavar="N")
     group.addoption("--oloproof-reranker", dest="oloproof_reranker", metavar="MODULE:FUNCTION")
+    group.addoption("--oloproof-token-budget", dest="oloproof_token_budget", type=_positive_int, metavar="N")
     group.addoption("--oloproof-fresh", dest="oloproof_fresh", action="store_true", help="re-run child runs")
     group.addoption("--oloproof-baseline", dest="oloproof_baseline", metavar="RUN_ID|FILE")
     group.addoption("--oloproof-policy", dest="oloproof_policy", metavar="PATH")
@@ -120,6 +121,7 @@ def session_options(config: pytest.Config) -> SessionOptions:
         criterion=opt("oloproof_criterion"),
         top_k=opt("oloproof_top_k"),
         reranker=opt("oloproof_reranker"),
+        token_budget=opt("oloproof_token_budget"),
         fresh=bool(opt("oloproof_fresh")),
         baseline=opt("oloproof_baseline"),
         policy=opt("oloproof_policy"),

@@ -83,6 +83,14 @@ def judgment_key(evaluator_type: str, settings_digest: str, expected_digest: str
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def judgment_probe_key(verdict_key: str, probe: int) -> str:
+    """Identity of the `probe`-th extra ask of a judge (`oloproof judge probe`) on the inputs of `verdict_key`.
+
+    Only probes carry a probe index: every other verdict keeps its `judgment_key` unchanged.
+    """
+    return hashlib.sha256(f"judgment-probe/1|{verdict_key}|{int(probe)}".encode()).hexdigest()
+
+
 def case_digest(input: Any, expected: Any) -> dict[str, str]:
     """sha256 of a case's input and of its expected data (recorded per case; compared by `compare`)."""
     return {"input": _fast_digest(input), "expected": _fast_digest(expected)}

@@ -518,7 +518,7 @@ def _preview(value: Any, limit: int = 40) -> str:
 
 
 class StoredIntervention(_Stored):
-    name: Literal["gold-context", "top-k", "reranker"]
+    name: Literal["gold-context", "top-k", "reranker", "token-budget"]
     settings: dict[str, Any] | None = None
 
 
@@ -623,7 +623,7 @@ class StoredGoldDiagnosis(_StoredDiagnosis):
 
 
 class StoredReplayDiagnosis(_StoredDiagnosis):
-    """An `oloproof.diagnosis/1` document of a top-k or reranker replay."""
+    """An `oloproof.diagnosis/1` document of a top-k, reranker or token-budget replay."""
 
     counts: StoredReplayCounts
     cases: list[StoredReplayEntry]
@@ -760,17 +760,56 @@ class StoredComparison(_Stored):
     cost: StoredCost | None = None
 
 
+class StoredProbeJudge(_Stored):
+    type: str
+    criterion: str
+    identity: str
+
+
+class StoredProbeCase(_Stored):
+    """One probed case: its verdicts (the recorded one first; None for an ask without a verdict)."""
+
+    id: str
+    verdicts: list[Literal["pass", "fail"] | None]
+    flipped: bool | None
+    missing: list[dict[str, Any]]
+
+
+class StoredFlipRate(_Stored):
+    flipped: int
+    of: int
+    rate: float | None
+    low: float | None
+    high: float | None
+    confidence: float
+
+
+class StoredJudgeProbe(_Stored):
+    """An `oloproof.judge_probe/1` document (`oloproof judge probe`)."""
+
+    schema_: Literal["oloproof.judge_probe/1"] = Field(alias="schema")
+    run_id: str
+    criterion: str
+    judge: StoredProbeJudge
+    times: int
+    counts: dict[str, int]
+    flip_rate: StoredFlipRate
+    cases: list[StoredProbeCase]
+
+
 def check_doc(kind: str, value: Any) -> str | None:
-    """None if `value` is a well-formed stored diagnosis, comparison or decision, else what is wrong with it."""
+    """None if `value` is a well-formed stored diagnosis, comparison, decision or judge probe, else what is wrong."""
     model: type[_Stored]
     if kind == "comparison":
         model = StoredComparison
     elif kind == "decision":
         model = StoredDecisionDoc
+    elif kind == "judge_probe":
+        model = StoredJudgeProbe
     elif kind == "diagnosis":
         intervention = value.get("intervention") if isinstance(value, Mapping) else None
         name = intervention.get("name") if isinstance(intervention, Mapping) else None
-        model = StoredReplayDiagnosis if name in ("top-k", "reranker") else StoredGoldDiagnosis
+        model = StoredReplayDiagnosis if name in ("top-k", "reranker", "token-budget") else StoredGoldDiagnosis
     else:
         return None
     try:

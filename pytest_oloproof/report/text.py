@@ -352,12 +352,14 @@ def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
 
 
 def intervention_title(intervention: Mapping[str, Any]) -> str:
-    """How an intervention is named in the output: "gold context", "top-k 4", "reranker mod:fn"."""
+    """How an intervention is named in the output: "gold context", "top-k 4", "token budget 120", …"""
     name, settings = intervention["name"], intervention.get("settings") or {}
     if name == "top-k":
         return f"top-k {settings.get('top_k')}"
     if name == "reranker":
         return f"reranker {settings.get('reranker')}"
+    if name == "token-budget":
+        return f"token budget {settings.get('token_budget')}"
     return "gold context"
 
 
@@ -708,3 +710,46 @@ def confusion_lines(confusion: Mapping[str, Any] | None) -> list[str]:
         for r in rows
     ]
     return ["Confusion (human label × judge verdict, judged examples only):", *body]
+
+
+# ------------------------------------------------------------------ a judge probe
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def judge_probe_summary(doc: Mapping[str, Any]) -> str:
+    """`flipped on 2 of 13 cases re-asked 3 times: 15.4% [1.9%, 45.4%]` (95% Clopper–Pearson)."""
+    r = doc["flip_rate"]
+    return (
+        f"verdict flipped on {r['flipped']} of {r['of']} cases asked {doc['times'] + 1} times: "
+        f"{_pct(r['rate'])} [{_pct(r['low'])}, {_pct(r['high'])}] "
+        f"({100 * r['confidence']:g}% Clopper–Pearson)"
+    )
+
+
+def judge_probe_lines(doc: Mapping[str, Any], doc_id: str) -> list[str]:
+    """`oloproof judge probe` and `oloproof inspect PROBE`: the flip rate, then each case's verdicts."""
+    j, c = doc["judge"], doc["counts"]
+    lines = [
+        f"Judge {j['type']} ({j['criterion']}) {j['identity']}",
+        f"Run {doc['run_id']}: {c['probed']} recorded verdicts, each asked {doc['times']} more time(s) on the same "
+        f"inputs; {c['asks']} asks ({c['asks_cached']} from the judgment cache, {c['asks_missing']} without a verdict)",
+    ]
+    if c["not_probed"]:
+        lines.append(f"Not probed: {c['not_probed']} case(s) without a recorded verdict")
+    if c["with_missing_asks"]:
+        lines.append(
+            f"Missing: {c['with_missing_asks']} case(s) with an ask that returned no verdict; "
+            "left out of the flip rate (see below)"
+        )
+    lines.append("Consistency: " + judge_probe_summary(doc))
+    lines.append("Cases (recorded verdict first):")
+    for e in doc["cases"]:
+        shown = ", ".join(v or "missing" for v in e["verdicts"])
+        state = "missing" if e["flipped"] is None else "flipped" if e["flipped"] else "stable"
+        why = "; ".join(f"ask {m['probe']}: {m['reason']}" for m in e["missing"])
+        lines.append(f"  {e['id']}: {shown} — {state}" + (f" ({why})" if why else ""))
+    lines.append(f"Probe {doc_id}")
+    return lines

@@ -68,6 +68,7 @@ class SessionOptions:
     criterion: str | None = None
     top_k: int | None = None
     reranker: str | None = None
+    token_budget: int | None = None
     fresh: bool = False
     baseline: str | None = None
     policy: str | None = None
@@ -236,6 +237,7 @@ class RunSession:
                 criterion=o.criterion,
                 top_k=o.top_k,
                 reranker=o.reranker,
+                token_budget=o.token_budget,
                 fresh=o.fresh,
             )
             self.diagnoser = Diagnoser(self.prepare(), request, warn=self.diagnosis_notes.append)

@@ -29,6 +29,7 @@ KIND_DIRS = {
     "judge_validation": "judge_validations",
     "decision": "decisions",
     "labels": "labels",
+    "judge_probe": "judge_probes",
 }
 #: `latest` (the newest run) and `latest~N` (N runs before it), accepted wherever a run id is
 LATEST = re.compile(r"latest(?:~(\d+))?")
@@ -685,6 +686,8 @@ def _fix_for(path: Path) -> str:
         return "remove the file and run `oloproof diagnose` again"
     if path.parent.name == KIND_DIRS["comparison"]:
         return "remove the file and run `oloproof compare` again"
+    if path.parent.name == KIND_DIRS["judge_probe"]:
+        return "remove the file and run `oloproof judge probe` again"
     if path.name in ("run.json", "cases.jsonl"):
         return "restore the run folder from a copy, or record the run again with `oloproof run`"
     return "write the run record again with `--oloproof-report PATH`"
