@@ -217,6 +217,10 @@ def cache_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]
             v = cache.get(k)
             if v in ("hit", "miss"):
                 counts[k][v] += 1
+        for k, n in (cache.get("repeats") or {}).items():  # the case's repeats 1 … N−1 (`repeats: N`)
+            if k in counts and isinstance(n, Mapping):
+                counts[k]["hit"] += int(n.get("hit", 0))
+                counts[k]["miss"] += int(n.get("miss", 0))
         j = cache.get("judgment") or {}
         counts["judgment"]["hit"] += int(j.get("hit", 0))
         counts["judgment"]["miss"] += int(j.get("miss", 0))

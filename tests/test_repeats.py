@@ -1,0 +1,186 @@
+"""`repeats: N`: each case's generation N times, under keys of its own, through real pytest sessions."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_oloproof.records.identity import StageKeys, canonical_json, judgment_key
+from pytest_oloproof.system.declare import Passage
+from tests.oloproof_project import module_name, section
+
+# A system whose answer depends on the repeat it runs in (`current_repeat()`): right in the repeats listed
+# in the case's `right_in`. It counts its calls in calls.txt, so a test can tell what really ran.
+SEEDED = """
+from pytest_oloproof import Passage, Retrieval, current_repeat, rag_system
+
+KB = {"d1": "Refunds take 14 days.", "d2": "Plans renew monthly.", "d3": "Teams get 10 seats."}
+
+
+def _log(what):
+    with open("calls.txt", "a") as f:
+        f.write(what + "\\n")
+
+
+@rag_system(name="seeded", version="1", depth=3, top_k=2)
+class Seeded:
+    def retrieve(self, input, depth):
+        _log(f"retrieve {input['q']} {current_repeat()}")
+        cands = tuple(Passage(d, score=1.0 / (i + 1), text=KB[d]) for i, d in enumerate(input["order"]))
+        return Retrieval(query=input["q"], depth=depth, candidates=cands)
+
+    def generate(self, input, context):
+        r = current_repeat()
+        _log(f"generate {input['q']} {r}")
+        right = r in input["right_in"]
+        return {"answer": input["answer"] if right else "I do not know", "citations": [p.doc_id for p in context]}
+"""
+
+#: right in every repeat, in none, in repeats 0 and 2, in repeat 1 only (with repeats: 3)
+CASES = [
+    {"id": "always", "q": "refund", "order": ["d1", "d2"], "answer": "14 days", "right_in": [0, 1, 2, 3]},
+    {"id": "never", "q": "seats", "order": ["d2", "d1"], "answer": "10 seats", "right_in": []},
+    {"id": "even", "q": "renew", "order": ["d2", "d3"], "answer": "monthly", "right_in": [0, 2]},
+    {"id": "odd", "q": "teams", "order": ["d3", "d1"], "answer": "10 seats", "right_in": [1]},
+]
+
+
+def seeded_project(pytester: pytest.Pytester, extra: str = "", *, folder: Path | None = None) -> Path:
+    """Write the seeded system, its 4 cases and an oloproof.yaml (`extra` appended); returns the folder."""
+    root = folder or pytester.path
+    root.mkdir(parents=True, exist_ok=True)
+    mod = module_name(pytester, "seeded")
+    (root / f"{mod}.py").write_text(SEEDED)
+    lines = []
+    for c in CASES:
+        inp = {k: c[k] for k in ("q", "order", "answer", "right_in")}
+        lines.append(json.dumps({"id": c["id"], "input": inp, "expected": {"answer": c["answer"]}}))
+    (root / "cases.jsonl").write_text("\n".join(lines) + "\n")
+    (root / "oloproof.yaml").write_text(
+        f"system:\n  rag: {{object: '{mod}:Seeded'}}\ncases: cases.jsonl\nstore: .oloproof\n"
+        "evaluators:\n"
+        "  - {type: contains, criterion: answer_correct, field: answer, expected_field: answer}\n"
+        "  - {type: citation_validity}\n" + extra
+    )
+    return root
+
+
+def run(pytester: pytest.Pytester, *args: str, name: str = "r.json") -> tuple[pytest.RunResult, dict[str, Any]]:
+    path = pytester.path / name
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", f"--oloproof-report={path}", *args)
+    return result, json.loads(path.read_text(encoding="utf-8"))
+
+
+def calls(pytester: pytest.Pytester) -> list[str]:
+    path = pytester.path / "calls.txt"
+    out = path.read_text().splitlines() if path.exists() else []
+    path.unlink(missing_ok=True)
+    return out
+
+
+# ------------------------------------------------------------------ a. settings, keys, caching
+
+
+def test_keys_without_repeats_are_the_keys_of_before() -> None:
+    """A cache written before repeats existed still hits: repeat 0's keys are byte-identical to the old ones
+    (computed by the identity module as it was before `repeats`), and a repeat > 0 gets keys of its own."""
+    system = {"name": "mini", "version": "1", "depth": 4, "top_k": 2, "token_budget": None, "index_version": "kb-1"}
+    keys = StageKeys(system)
+    inp = canonical_json({"q": "refund"})
+    ctx = [Passage("d1", text="Refunds take 14 days.")]
+    old = {
+        "retrieve": "07703fcc196bfdd91911eb8b9b040f544dc79015e83864ee840461d1982da7f3",
+        "generate": "7df012ad733ddc8b6018598279afed041a49254c188518eb1117c5c34f1d3354",
+        "execution": "79e3d250bd733cab2825a749552d8c0f595fe9f2837bf610e4b61dd36d247b28",
+        "judgment": "5e913d3f06c80a70d6693a4799cf9b9107bb18aa33c03da8923fdcb225526fe9",
+    }
+    assert keys.retrieve(inp) == keys.retrieve(inp, 0) == old["retrieve"]
+    assert keys.generate(inp, ctx) == keys.generate(inp, ctx, 0) == old["generate"]
+    assert keys.execution(inp) == keys.execution(inp, 0, True) == old["execution"]
+    assert judgment_key("contains", "a" * 64, "b" * 64, "c" * 64, 0) == old["judgment"]
+    fresh = {
+        keys.retrieve(inp, 1),
+        keys.generate(inp, ctx, 1),
+        keys.generate(inp, ctx, 2),
+        keys.execution(inp, 1),
+        keys.execution(inp, 1, True),
+        judgment_key("contains", "a" * 64, "b" * 64, "c" * 64, 1),
+    }
+    assert len(fresh) == 6 and not fresh & set(old.values())
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("repeats: 0", "*oloproof.yaml:*repeats*greater than or equal to 1*"),
+        ("repeats: true", "*oloproof.yaml:*repeats*expected a number, got true*"),
+        ("repeats: three", "*oloproof.yaml:*repeats*"),
+        ("repeat_retrieval: sometimes", "*oloproof.yaml:*repeat_retrieval*"),
+    ],
+)
+def test_a_bad_repeats_setting_is_a_config_error_before_anything_runs(
+    pytester: pytest.Pytester, setting: str, message: str
+) -> None:
+    seeded_project(pytester, setting + "\n")
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    assert result.ret == 2
+    assert any(fnmatch.fnmatch(line, message) for line in result.outlines + result.errlines), result.errlines
+    assert calls(pytester) == []
+    assert not (pytester.path / ".oloproof" / "runs").exists()
+
+
+def test_a_bad_repeats_option_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    seeded_project(pytester)
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--oloproof-repeats", "0")
+    assert result.ret == 4  # pytest's own usage-error status for a bad option value
+    result.stderr.fnmatch_lines(["*--oloproof-repeats*expected a positive integer, got '0'*"])
+    assert calls(pytester) == []
+
+
+def test_each_repeat_generates_once_retrieval_once_and_a_rerun_is_fully_cached(pytester: pytest.Pytester) -> None:
+    seeded_project(pytester, "repeats: 3\n")
+    _, cold = run(pytester)
+    made = calls(pytester)
+    # retrieval once per case; generation once per repeat, each seeing its repeat index
+    assert sorted(c for c in made if c.startswith("retrieve")) == sorted(f"retrieve {c['q']} 0" for c in CASES)
+    assert sorted(c for c in made if c.startswith("generate")) == sorted(
+        f"generate {c['q']} {r}" for c in CASES for r in range(3)
+    )
+    assert cold["cache"]["execution"] == {"hit": 0, "miss": 12}
+    assert cold["cache"]["retrieve"] == {"hit": 0, "miss": 4}
+    assert cold["cache"]["generate"] == {"hit": 0, "miss": 12}
+    assert cold["cache"]["judgment"] == {"hit": 0, "miss": 24}  # judges asked per repeat
+
+    _, warm = run(pytester, name="warm.json")
+    assert calls(pytester) == []
+    assert warm["cache"]["execution"] == {"hit": 12, "miss": 0}
+    assert warm["cache"]["judgment"] == {"hit": 24, "miss": 0}
+    assert [c["criteria"] for c in warm["cases"]] == [c["criteria"] for c in cold["cases"]]
+
+
+def test_repeat_retrieval_retrieves_in_every_repeat(pytester: pytest.Pytester) -> None:
+    seeded_project(pytester, "repeats: 2\nrepeat_retrieval: true\n")
+    _, rep = run(pytester)
+    made = calls(pytester)
+    assert sorted(c for c in made if c.startswith("retrieve")) == sorted(
+        f"retrieve {c['q']} {r}" for c in CASES for r in range(2)
+    )
+    assert rep["cache"]["retrieve"] == {"hit": 0, "miss": 8}
+
+
+def test_a_single_run_cache_serves_repeat_0_and_the_option_overrides_the_file(pytester: pytest.Pytester) -> None:
+    """repeats: 1 writes the keys it always wrote; `--oloproof-repeats 3` then reuses them as repeat 0."""
+    seeded_project(pytester)
+    _, single = run(pytester)
+    assert "repeats" not in single and all("repeats" not in c for c in single["cases"])
+    assert len(calls(pytester)) == 8  # 4 retrievals, 4 generations
+    _, three = run(pytester, "--oloproof-repeats", "3", name="three.json")
+    assert sorted(calls(pytester)) == sorted(f"generate {c['q']} {r}" for c in CASES for r in (1, 2))
+    assert three["cache"]["execution"] == {"hit": 4, "miss": 8}
+    assert all(len(c["repeats"]) == 3 for c in three["cases"])
+    section(pytester.runpytest("--oloproof", "-p", "no:cacheprovider"))  # and repeats: 1 again still hits
+    assert calls(pytester) == []
