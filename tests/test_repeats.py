@@ -36,6 +36,8 @@ class Seeded:
     def generate(self, input, context):
         r = current_repeat()
         _log(f"generate {input['q']} {r}")
+        if r in input.get("fail_in", []):
+            raise RuntimeError(f"model down in repeat {r}")
         right = r in input["right_in"]
         return {"answer": input["answer"] if right else "I do not know", "citations": [p.doc_id for p in context]}
 """
@@ -49,15 +51,17 @@ CASES = [
 ]
 
 
-def seeded_project(pytester: pytest.Pytester, extra: str = "", *, folder: Path | None = None) -> Path:
+def seeded_project(
+    pytester: pytest.Pytester, extra: str = "", *, folder: Path | None = None, cases: list[dict[str, Any]] = CASES
+) -> Path:
     """Write the seeded system, its 4 cases and an oloproof.yaml (`extra` appended); returns the folder."""
     root = folder or pytester.path
     root.mkdir(parents=True, exist_ok=True)
     mod = module_name(pytester, "seeded")
     (root / f"{mod}.py").write_text(SEEDED)
     lines = []
-    for c in CASES:
-        inp = {k: c[k] for k in ("q", "order", "answer", "right_in")}
+    for c in cases:
+        inp = {k: c[k] for k in ("q", "order", "answer", "right_in", "fail_in") if k in c}
         lines.append(json.dumps({"id": c["id"], "input": inp, "expected": {"answer": c["answer"]}}))
     (root / "cases.jsonl").write_text("\n".join(lines) + "\n")
     (root / "oloproof.yaml").write_text(
@@ -184,3 +188,80 @@ def test_a_single_run_cache_serves_repeat_0_and_the_option_overrides_the_file(py
     assert all(len(c["repeats"]) == 3 for c in three["cases"])
     section(pytester.runpytest("--oloproof", "-p", "no:cacheprovider"))  # and repeats: 1 again still hits
     assert calls(pytester) == []
+
+
+# ------------------------------------------------------------------ b. per-case means, the record, missing repeats
+
+
+def test_the_case_value_is_its_mean_over_repeats_and_the_record_keeps_every_repeat(pytester: pytest.Pytester) -> None:
+    seeded_project(pytester, "repeats: 3\n")
+    result, rep = run(pytester)
+    cases = {c["id"]: c for c in rep["cases"]}
+    expected = {"always": [1.0, 1.0, 1.0], "never": [0.0, 0.0, 0.0], "even": [1.0, 0.0, 1.0], "odd": [0.0, 1.0, 0.0]}
+    for cid, values in expected.items():
+        c = cases[cid]["criteria"]["answer_correct"]
+        assert c["status"] == "observed"
+        assert c["value"] == pytest.approx(sum(values) / 3)
+        assert c["repeat_values"] == values
+        repeats = cases[cid]["repeats"]
+        assert [r["repeat"] for r in repeats] == [0, 1, 2]
+        assert [r["criteria"]["answer_correct"]["value"] for r in repeats] == values
+        answers = [r["output"]["answer"] for r in repeats]
+        assert answers == [CASES_BY_ID[cid]["answer"] if v else "I do not know" for v in values]
+        assert cases[cid]["output"] == repeats[0]["output"]  # repeat 0 where a record without repeats has it
+    assert rep["repeats"] == 3 and rep["repeat_retrieval"] is False
+    m = rep["metrics"]["answer_correct"]
+    # a rate over repeats is read as a mean of per-case means: the bounded-mean interval over the 4 cases
+    assert m["kind"] == "mean" and m["method"] == "mixture" and m["value"] == pytest.approx(0.5)
+    assert "averaged over 3 repeats" in m["note"]
+    from pytest_oloproof.stats.intervals import mean_interval
+
+    iv = mean_interval([1.0, 0.0, 2 / 3, 1 / 3], 0.95, seed=0)
+    assert (m["low"], m["high"]) == pytest.approx((iv.low, iv.high))
+    # the items: a case that failed in any repeat fails
+    result.assert_outcomes(passed=1, failed=3)
+
+
+def test_a_repeat_that_fails_leaves_the_case_its_other_repeats(pytester: pytest.Pytester) -> None:
+    """Decided: the case's value is the mean over the repeats that observed it, the missing repeats named;
+    a criterion missing in every repeat leaves the case missing."""
+    cases = [
+        {"id": "once", "q": "a", "order": ["d1"], "answer": "14 days", "right_in": [0, 1, 2], "fail_in": [1]},
+        {"id": "all", "q": "b", "order": ["d1"], "answer": "14 days", "right_in": [0, 1, 2], "fail_in": [0, 1, 2]},
+        {"id": "fine", "q": "c", "order": ["d1"], "answer": "14 days", "right_in": [0]},
+    ]
+    seeded_project(pytester, "repeats: 3\n", cases=cases)
+    _, rep = run(pytester)
+    by_id = {c["id"]: c for c in rep["cases"]}
+    once = by_id["once"]["criteria"]["answer_correct"]
+    assert once["status"] == "observed" and once["value"] == 1.0
+    assert once["missing_repeats"] == [1] and once["repeat_values"] == [1.0, None, 1.0]
+    assert by_id["once"]["repeats"][1]["error"]["message"].endswith("model down in repeat 1")
+    every = by_id["all"]["criteria"]["answer_correct"]
+    assert every["status"] == "missing" and every["missing_repeats"] == [0, 1, 2]
+    m = rep["metrics"]["answer_correct"]
+    assert (m["observed"], m["missing"]) == (2, 1)
+
+
+CASES_BY_ID = {c["id"]: c for c in CASES}
+
+
+def test_two_xdist_workers_give_the_record_of_one_process(pytester: pytest.Pytester) -> None:
+    from tests.test_scale import assert_same, strip_volatile
+
+    reports = {}
+    for mode in ("0", "2"):
+        project = seeded_project(pytester, "repeats: 3\n", folder=pytester.path / f"n{mode}")
+        (project / "pytest.ini").write_text("[pytest]\n")  # the project's folder is the rootdir
+        path = project / "r.json"
+        result = pytester.runpytest_subprocess(
+            "--oloproof", "-p", "xdist", "-n", mode, "-p", "no:cacheprovider", f"--oloproof-report={path}", str(project)
+        )
+        result.assert_outcomes(passed=1, failed=3)
+        rep = strip_volatile(json.loads(path.read_text()))
+        rep["cases"] = {c["id"]: c for c in rep["cases"]}
+        rep.pop("config_path", None)
+        reports[mode] = rep
+    assert reports["0"]["cache"]["generate"] == {"hit": 0, "miss": 12}
+    assert reports["0"]["repeat_summary"]["flaky"] == {"answer_correct": ["even", "odd"]}
+    assert_same(reports["0"], reports["2"])

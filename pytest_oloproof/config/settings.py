@@ -127,10 +127,12 @@ class Settings(Strict):
     @classmethod
     def _slice_names(cls, v: list[str]) -> list[str]:
         for s in v:
-            if s not in ("relevant_position", "context_truncated") and not (
+            if s not in ("relevant_position", "context_truncated", "flaky") and not (
                 s.startswith("metadata.") and len(s) > len("metadata.")
             ):
-                raise ValueError(f"unknown slice {s!r}; use metadata.<key>, relevant_position or context_truncated")
+                raise ValueError(
+                    f"unknown slice {s!r}; use metadata.<key>, relevant_position, context_truncated or flaky"
+                )
         return v
 
 
