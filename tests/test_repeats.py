@@ -12,6 +12,7 @@ import pytest
 from pytest_oloproof.records.identity import StageKeys, canonical_json, judgment_key
 from pytest_oloproof.system.declare import Passage
 from tests.oloproof_project import module_name, section
+from tests.test_report_browser import chromium, open_page  # noqa: F401  (the browser fixtures)
 
 # A system whose answer depends on the repeat it runs in (`current_repeat()`): right in the repeats listed
 # in the case's `right_in`. It counts its calls in calls.txt, so a test can tell what really ran.
@@ -265,3 +266,104 @@ def test_two_xdist_workers_give_the_record_of_one_process(pytester: pytest.Pytes
     assert reports["0"]["cache"]["generate"] == {"hit": 0, "miss": 12}
     assert reports["0"]["repeat_summary"]["flaky"] == {"answer_correct": ["even", "odd"]}
     assert_same(reports["0"], reports["2"])
+
+
+# ------------------------------------------------------------------ c. flaky cases, the variance split, the views
+
+
+def test_variance_split_against_a_hand_computed_example() -> None:
+    """Four cases, three repeats: 1 1 1 | 0 0 0 | 1 0 1 | 0 1 0 (the seeded system's answer_correct).
+
+    By hand: case means 1, 0, 2/3, 1/3 (grand mean 1/2); their sample variance
+    (1/4 + 1/4 + 1/36 + 1/36) / 3 = 5/27. Within-case sample variances 0, 0, 1/3, 1/3: mean 1/6.
+    Between = 5/27 − (1/6)/3 = 7/54. SE now = √(5/27 / 4); with 6 repeats √((7/54 + 1/36)/4);
+    floor √(7/54 / 4); the within part's share of Var(mean): (1/18) / (5/27) = 0.3.
+    """
+    from pytest_oloproof.stats.repeats import variance_split
+
+    s = variance_split([[1, 1, 1], [0, 0, 0], [1, 0, 1], [0, 1, 0]], 3)
+    assert s is not None
+    assert s["between"] == pytest.approx(7 / 54) and s["within"] == pytest.approx(1 / 6)
+    assert s["se"] == pytest.approx((5 / 27 / 4) ** 0.5) == pytest.approx(s["se_model"])
+    assert s["se_double"] == pytest.approx(((7 / 54 + 1 / 36) / 4) ** 0.5)
+    assert s["se_floor"] == pytest.approx((7 / 54 / 4) ** 0.5)
+    assert s["within_share"] == pytest.approx(0.3)
+    # Miller's model by simulation: case means p_i ~ U(0,1), K Bernoulli(p_i) answers each; the variance of the
+    # run's mean over many runs matches (σ²_between + σ²_within / K) / n (σ²_b = 1/12, σ²_w = E[p(1−p)] = 1/6)
+    import numpy as np
+
+    rng = np.random.default_rng(26)
+    n, k, reps = 40, 3, 4000
+    p = rng.uniform(size=(reps, n))
+    means = rng.binomial(k, p).mean(axis=1) / k
+    assert means.var() == pytest.approx((1 / 12 + (1 / 6) / k) / n, rel=0.08)
+    # a missing repeat: K_i = 2 for that case, and the estimate uses mean(1/K_i)
+    m = variance_split([[1, 1], [0, 0, 0], [1, 0, 1]], 3)
+    assert m is not None and m["repeats_observed"] == pytest.approx(3 / (1 / 2 + 1 / 3 + 1 / 3))
+    assert variance_split([[1, 0, 1]], 3) is None  # one case: nothing to split
+
+
+def test_the_summary_lists_flaky_cases_and_the_split_in_every_renderer(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seeded_project(pytester, "repeats: 3\nslices: [flaky]\nmin_slice_support: 1\n")
+    summary_md = pytester.path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary_md))
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    lines = section(result)
+    assert "Repeats: 3 per case · flaky cases (a verdict differs across repeats): 2 of 4" in lines
+    assert "  answer_correct: even, odd" in lines
+    assert "Variance of answer_correct (Miller 2024): between cases 0.1296, within a case 0.1667" in lines
+    assert any(
+        line.startswith("  standard error 0.215 with 3 repeats, 0.198 with 6, 0.180 with unlimited") for line in lines
+    )
+    assert any(line.startswith("  flaky=true: answer_correct 0.500") for line in lines)
+    assert any(line.startswith("  flaky=false: answer_correct 0.500") for line in lines)
+    md = summary_md.read_text()
+    assert "- Repeats: 3 per case · flaky cases (a verdict differs across repeats): 2 of 4" in md
+    assert "- answer_correct: even, odd" in md
+    # inspect shows every repeat of every case (the CLI, in a subprocess)
+    import subprocess
+    import sys
+
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_oloproof.cli", "inspect", "latest"],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.splitlines()
+    i = text.index(next(line for line in text if line.startswith("  even: answer_correct=0.667")))
+    assert text[i + 1 : i + 4] == [
+        "    repeat 0: answer_correct=pass, citations_valid=pass · answer 'monthly'",
+        "    repeat 1: answer_correct=fail, citations_valid=pass · answer 'I do not know'",
+        "    repeat 2: answer_correct=pass, citations_valid=pass · answer 'monthly'",
+    ]
+
+
+def test_the_html_case_page_shows_every_repeat(pytester: pytest.Pytester, request: pytest.FixtureRequest) -> None:
+    import subprocess
+    import sys
+
+    seeded_project(pytester, "repeats: 3\n")
+    pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    page_path = pytester.path / "run.html"
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest_oloproof.cli", "report", "latest", "--html", str(page_path)],
+        cwd=pytester.path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    opened = request.getfixturevalue("open_page")(page_path, "#case=odd")  # headless Chromium
+    page = opened.page
+    assert "flaky cases (a verdict differs across repeats): 2 of 4" in page.locator("ul.repeat-lines").inner_text()
+    rows = page.locator("#detail-body table.repeats tbody tr")
+    assert rows.count() == 3
+    cells = rows.evaluate_all("rows => rows.map(r => Array.from(r.cells).slice(0, 3).map(c => c.textContent))")
+    assert cells == [["0", "fail", "pass"], ["1", "pass", "pass"], ["2", "fail", "pass"]]
+    assert "10 seats" in rows.nth(1).inner_text() and "I do not know" in rows.nth(0).inner_text()
+    opened.check_clean()
