@@ -17,6 +17,8 @@ from tests.test_report_browser import chromium, open_page  # noqa: F401  (the br
 # A system whose answer depends on the repeat it runs in (`current_repeat()`): right in the repeats listed
 # in the case's `right_in`. It counts its calls in calls.txt, so a test can tell what really ran.
 SEEDED = """
+import os
+
 from pytest_oloproof import Passage, Retrieval, current_repeat, rag_system
 
 KB = {"d1": "Refunds take 14 days.", "d2": "Plans renew monthly.", "d3": "Teams get 10 seats."}
@@ -39,7 +41,7 @@ class Seeded:
         _log(f"generate {input['q']} {r}")
         if r in input.get("fail_in", []):
             raise RuntimeError(f"model down in repeat {r}")
-        right = r in input["right_in"]
+        right = r in input["right_in"] or os.environ.get("SEEDED_ALL_RIGHT") == "1"
         return {"answer": input["answer"] if right else "I do not know", "citations": [p.doc_id for p in context]}
 """
 
@@ -53,7 +55,12 @@ CASES = [
 
 
 def seeded_project(
-    pytester: pytest.Pytester, extra: str = "", *, folder: Path | None = None, cases: list[dict[str, Any]] = CASES
+    pytester: pytest.Pytester,
+    extra: str = "",
+    *,
+    folder: Path | None = None,
+    cases: list[dict[str, Any]] = CASES,
+    gold: bool = False,
 ) -> Path:
     """Write the seeded system, its 4 cases and an oloproof.yaml (`extra` appended); returns the folder."""
     root = folder or pytester.path
@@ -63,7 +70,10 @@ def seeded_project(
     lines = []
     for c in cases:
         inp = {k: c[k] for k in ("q", "order", "answer", "right_in", "fail_in") if k in c}
-        lines.append(json.dumps({"id": c["id"], "input": inp, "expected": {"answer": c["answer"]}}))
+        expected: dict[str, Any] = {"answer": c["answer"]}
+        if gold:
+            expected["gold_context"] = [{"doc_id": "g", "text": c["answer"]}]
+        lines.append(json.dumps({"id": c["id"], "input": inp, "expected": expected}))
     (root / "cases.jsonl").write_text("\n".join(lines) + "\n")
     (root / "oloproof.yaml").write_text(
         f"system:\n  rag: {{object: '{mod}:Seeded'}}\ncases: cases.jsonl\nstore: .oloproof\n"
@@ -367,3 +377,69 @@ def test_the_html_case_page_shows_every_repeat(pytester: pytest.Pytester, reques
     assert cells == [["0", "fail", "pass"], ["1", "pass", "pass"], ["2", "fail", "pass"]]
     assert "10 seats" in rows.nth(1).inner_text() and "I do not know" in rows.nth(0).inner_text()
     opened.check_clean()
+
+
+# ------------------------------------------------------------------ d. compare and diagnose
+
+
+def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "pytest_oloproof.cli", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def test_compare_pairs_cases_on_their_means_over_repeats_with_the_graded_paired_interval(
+    pytester: pytest.Pytester,
+) -> None:
+    from pytest_oloproof.stats.intervals import paired_mean_diff_interval
+
+    root = seeded_project(pytester, "repeats: 3\n")
+    assert cli(root, "run", "-p", "no:cacheprovider").returncode == 1
+    # the candidate answers right in every repeat (the cache is off, so the change is seen)
+    done = cli(root, "run", "-p", "no:cacheprovider", "--oloproof-cache=off", env={"SEEDED_ALL_RIGHT": "1"})
+    assert done.returncode == 0, done.stdout
+    out = cli(root, "compare", "latest", "latest~1", "--json")
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    answer = doc["criteria"]["answer_correct"]
+    # per-case differences of the means: always 0, never +1, even +1/3, odd +2/3
+    diffs = [0.0, 1.0, 1 / 3, 2 / 3]
+    iv = paired_mean_diff_interval(diffs, 0.95, seed=0)
+    assert answer["kind"] == "mean" and answer["method"] == "paired-mixture"
+    assert answer["estimate"] == pytest.approx(50.0)
+    assert (answer["low"], answer["high"]) == pytest.approx((iv.low * 100, iv.high * 100))
+    # a rate whose per-case means happen to be all 0/1 is still paired as a mean, not by the exact McNemar interval
+    cited = doc["criteria"]["citations_valid"]
+    assert cited["kind"] == "mean" and cited["method"] == "paired-mixture"
+
+
+def test_diagnose_labels_cases_unstable_across_repeats_without_re_running_them(pytester: pytest.Pytester) -> None:
+    root = seeded_project(pytester, "repeats: 3\n", gold=True)
+    assert cli(root, "run", "-p", "no:cacheprovider").returncode == 1
+    calls(pytester)
+    out = cli(root, "diagnose", "latest", "--criterion", "answer_correct", "--json")
+    assert out.returncode == 0, out.stderr + out.stdout
+    doc = json.loads(out.stdout)
+    entries = {e["id"]: e for e in doc["cases"]}
+    assert sorted(entries) == ["even", "never", "odd"]
+    for cid in ("even", "odd"):
+        assert entries[cid]["label"] == "UNSTABLE" and entries[cid]["reason"] == "verdicts_differ_across_repeats"
+    assert entries["never"]["label"] == "GENERATION_FAILURE"
+    counts = doc["counts"]
+    assert (counts["unstable"], counts["unstable_across_repeats"], counts["diagnosed"]) == (2, 2, 1)
+    assert doc["missing"] == {}  # never re-run is not missing
+    # only the stable case was re-executed (its control and its gold-context run): nothing for even and odd
+    assert sorted(c for c in calls(pytester) if c.startswith("generate")) == ["generate seats 0", "generate seats 0"]
+    text = cli(root, "inspect", doc["id"]).stdout
+    assert "even: UNSTABLE, verdicts_differ_across_repeats, strength not_diagnosed" in text
+    shown = cli(root, "diagnose", "latest", "--criterion", "answer_correct")
+    assert "UNSTABLE: 2 of 3, verdicts differ across the run's repeats (not re-run); not diagnosed" in shown.stdout

@@ -457,9 +457,15 @@ def _diagnosis_lines(view: DiagnosisView) -> list[str]:
         f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
         + (f" ({no_control} without a value)" if no_control else "")
     )
-    if c["unstable"]:
+    across_repeats = int(c.get("unstable_across_repeats") or 0)  # known from the run's repeats, not re-run
+    if c["unstable"] - across_repeats:
         where = "the control" if view.intervention["name"] == "gold-context" else "a control"
-        lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
+        lines.append(f"UNSTABLE: {c['unstable'] - across_repeats} of {c['selected']}, passed in {where}; not diagnosed")
+    if across_repeats:
+        lines.append(
+            f"UNSTABLE: {across_repeats} of {c['selected']}, verdicts differ across the run's repeats "
+            "(not re-run); not diagnosed"
+        )
     if c["not_diagnosed"]:
         lines.append(
             f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "
