@@ -196,6 +196,10 @@ def test_a_single_run_cache_serves_repeat_0_and_the_option_overrides_the_file(py
     _, three = run(pytester, "--oloproof-repeats", "3", name="three.json")
     assert sorted(calls(pytester)) == sorted(f"generate {c['q']} {r}" for c in CASES for r in (1, 2))
     assert three["cache"]["execution"] == {"hit": 4, "miss": 8}
+    reasons = three["cache_misses"]["stages"]
+    new_repeats = "new repeats (the previous run made 1 per case; each repeat has entries of its own)"
+    assert reasons["execution"] == {"miss": 8, "reasons": [{"reason": new_repeats, "count": 8}]}
+    assert reasons["judgment"] == {"miss": 16, "reasons": [{"reason": new_repeats, "count": 16}]}
     assert all(len(c["repeats"]) == 3 for c in three["cases"])
     section(pytester.runpytest("--oloproof", "-p", "no:cacheprovider"))  # and repeats: 1 again still hits
     assert calls(pytester) == []

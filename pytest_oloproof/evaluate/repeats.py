@@ -77,21 +77,18 @@ def _value(v: Mapping[str, Any] | None) -> float | None:
 
 
 def _cache_over(reps: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Repeat 0's cache statuses (the case's own), the other repeats' counted under `repeats`, judgments summed."""
+    """Repeat 0's cache statuses (the case's own, as in a run without repeats), the other repeats' counted under
+    `repeats` (hit/miss per cache, judgments too), which the run's cache counts add."""
     first = dict(reps[0].get("cache") or {})
-    counts = {k: {"hit": 0, "miss": 0} for k in ("execution", "retrieve", "generate")}
-    judgment = {"hit": 0, "miss": 0}
-    for r in reps:
-        cache = r.get("cache") or {}
-        j = cache.get("judgment") or {}
-        judgment["hit"] += int(j.get("hit", 0))
-        judgment["miss"] += int(j.get("miss", 0))
+    counts = {k: {"hit": 0, "miss": 0} for k in ("execution", "retrieve", "generate", "judgment")}
     for r in reps[1:]:
         cache = r.get("cache") or {}
-        for k in counts:
+        for k in ("execution", "retrieve", "generate"):
             if cache.get(k) in ("hit", "miss"):
                 counts[k][cache[k]] += 1
-    first["judgment"] = judgment
+        j = cache.get("judgment") or {}
+        counts["judgment"]["hit"] += int(j.get("hit", 0))
+        counts["judgment"]["miss"] += int(j.get("miss", 0))
     first["repeats"] = counts
     return first
 
