@@ -447,3 +447,4 @@ def test_diagnose_labels_cases_unstable_across_repeats_without_re_running_them(p
     assert "even: UNSTABLE, verdicts_differ_across_repeats, strength not_diagnosed" in text
     shown = cli(root, "diagnose", "latest", "--criterion", "answer_correct")
     assert "UNSTABLE: 2 of 3, verdicts differ across the run's repeats (not re-run); not diagnosed" in shown.stdout
+    assert "Control: 0 of 1 passed when re-executed without the intervention" in shown.stdout

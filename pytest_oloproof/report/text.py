@@ -453,11 +453,11 @@ def _diagnosis_lines(view: DiagnosisView) -> list[str]:
     if not c["selected"] or doc_id is None:
         return lines
     no_control = (view.missing.get("control") or {}).get("count", 0)
-    lines.append(
-        f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
-        + (f" ({no_control} without a value)" if no_control else "")
-    )
     across_repeats = int(c.get("unstable_across_repeats") or 0)  # known from the run's repeats, not re-run
+    lines.append(
+        f"Control: {c['control_passed']} of {c['selected'] - across_repeats} passed when re-executed without the "
+        "intervention" + (f" ({no_control} without a value)" if no_control else "")
+    )
     if c["unstable"] - across_repeats:
         where = "the control" if view.intervention["name"] == "gold-context" else "a control"
         lines.append(f"UNSTABLE: {c['unstable'] - across_repeats} of {c['selected']}, passed in {where}; not diagnosed")
