@@ -10,6 +10,7 @@ __version__ = "0.1.0"
 from pytest_oloproof.errors import Transient
 from pytest_oloproof.evaluators.base import CandidateView, ContextPassage, CriterionValue, EvalInput, Evaluator
 from pytest_oloproof.system.declare import Passage, Retrieval, rag_system
+from pytest_oloproof.system.repeat import current_repeat
 from pytest_oloproof.usage.accounting import report_usage
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -23,6 +24,7 @@ __all__ = [
     "Passage",
     "Retrieval",
     "Transient",
+    "current_repeat",
     "evaluator",
     "rag_system",
     "report_usage",

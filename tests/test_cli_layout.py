@@ -10,7 +10,17 @@ from pathlib import Path
 import pytest_oloproof
 
 PACKAGE = Path(pytest_oloproof.__file__).parent
-SUBCOMMAND_MODULES = ["cache", "compare", "diagnose", "gate", "judge_probe", "labels", "merge", "report", "validate_judge"]
+SUBCOMMAND_MODULES = [
+    "cache",
+    "compare",
+    "diagnose",
+    "gate",
+    "judge_probe",
+    "labels",
+    "merge",
+    "report",
+    "validate_judge",
+]
 
 
 def _package_imports(path: Path) -> list[str]:

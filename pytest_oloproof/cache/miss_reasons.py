@@ -30,6 +30,7 @@ WRITING_MODES = ("readwrite", "write", "refresh")
 NEW_CASE = "new case"
 GONE = "entry not in the cache (cleared, or written to another store)"
 NO_ENTRY = "the previous run stored no entry (an error, or its cache mode)"
+NEW_REPEATS = "new repeats (the previous run made {n} per case; each repeat has entries of its own)"
 
 
 def reads_digests(rec: Mapping[str, Any]) -> dict[str, str]:
@@ -97,6 +98,12 @@ def _had_entry(stage: str, prev: Mapping[str, Any], writes: bool) -> bool:
     return status == "hit" or (writes and status == "miss")
 
 
+def _repeat_misses(stage: str, case: Mapping[str, Any]) -> int:
+    """The misses of a case's repeats 1 … N−1 (`repeats: N`), counted apart from repeat 0's."""
+    counts = ((case.get("cache") or {}).get("repeats") or {}).get(stage) or {}
+    return int(counts.get("miss", 0)) if isinstance(counts, Mapping) else 0
+
+
 def _misses(stage: str, case: Mapping[str, Any]) -> int:
     cache = case.get("cache") or {}
     if stage == "judgment":
@@ -118,7 +125,8 @@ def explain(
     setting nor the input are the contexts and outputs of both runs read again
     (`full_cases` gives this run's full records), all once per run.
     """
-    totals = {stage: sum(_misses(stage, c) for c in cases) for stage in STAGES}
+    repeat_misses = {stage: sum(_repeat_misses(stage, c) for c in cases) for stage in STAGES}
+    totals = {stage: sum(_misses(stage, c) for c in cases) + repeat_misses[stage] for stage in STAGES}
     if not any(totals.values()):
         return None
     system = dict(header.get("system") or {})
@@ -179,6 +187,11 @@ def explain(
             counts[stage][reason] += n
             if hint:
                 hints[stage][reason] = hint
+    before_repeats = int(prev_header.get("repeats") or 1)
+    for stage, n in repeat_misses.items():  # repeats 1 … N−1 have entries of their own (`repeats: N`)
+        if n:
+            reason = NEW_REPEATS.format(n=before_repeats) if before_repeats < int(header.get("repeats") or 1) else GONE
+            counts[stage][reason] += n
     out["stages"] = {s: _stage(totals[s], counts[s], hints[s]) for s in STAGES if totals[s]}
     out["new_cases"] = new_cases
     return out

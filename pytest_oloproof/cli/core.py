@@ -204,7 +204,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from pytest_oloproof.report.text import case_line, run_summary
+    from pytest_oloproof.report.text import case_line, case_repeat_lines, run_summary
 
     store = _store_from(args)
     kind, full = store.resolve(args.id)
@@ -215,7 +215,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         record["corrected"] = corrected_rates(store, record)  # from imported labels, computed when read
         lines = run_summary(record, store_root=str(store.root))
         lines.append("Cases:")
-        lines += [f"  {case_line(c)}" for c in record.get("cases", [])]
+        for c in record.get("cases", []):
+            lines += [f"  {case_line(c)}", *(f"  {line}" for line in case_repeat_lines(c))]  # every repeat, if any
         _emit(args, record, lines)
         return ExitCode.OK
     doc = store.load_doc(kind, full)

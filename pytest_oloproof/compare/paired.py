@@ -12,6 +12,7 @@ from typing import Any
 
 from pytest_oloproof.errors import ExitCode, OloproofError
 from pytest_oloproof.records.identity import settings_identity
+from pytest_oloproof.records.repeats import kind_over_repeats
 from pytest_oloproof.stats import intervals as stats
 from pytest_oloproof.store.files import Store
 
@@ -85,7 +86,8 @@ def recorded_kind(record: Mapping[str, Any], name: str) -> str | None:
     """The kind a run recorded for a criterion (its evaluator's, decided from that run's labels), if any."""
     for e in record.get("evaluators") or []:
         if e.get("criterion") == name and e.get("kind") in ("rate", "mean"):
-            return str(e["kind"])
+            # with repeats, a rate's per-case values are means over repeats: paired as means (differences in [-1, 1])
+            return kind_over_repeats(record, e)
     return None
 
 

@@ -120,15 +120,19 @@ class Settings(Strict):
     pricing: dict[str, ModelPrice] | None = None
     max_cost: Float | None = Field(default=None, gt=0, description="USD; stop issuing paid calls past it")
     max_judge_calls: Int | None = Field(default=None, ge=0, description="judge requests per run")
+    repeats: Int = Field(default=1, ge=1, description="times each case's generation runs (1: once)")
+    repeat_retrieval: bool = Field(default=False, description="retrieve again in every repeat (default: once)")
 
     @field_validator("slices")
     @classmethod
     def _slice_names(cls, v: list[str]) -> list[str]:
         for s in v:
-            if s not in ("relevant_position", "context_truncated") and not (
+            if s not in ("relevant_position", "context_truncated", "flaky") and not (
                 s.startswith("metadata.") and len(s) > len("metadata.")
             ):
-                raise ValueError(f"unknown slice {s!r}; use metadata.<key>, relevant_position or context_truncated")
+                raise ValueError(
+                    f"unknown slice {s!r}; use metadata.<key>, relevant_position, context_truncated or flaky"
+                )
         return v
 
 

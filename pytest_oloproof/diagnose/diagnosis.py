@@ -31,6 +31,7 @@ from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.retrieval import qrels_of
 from pytest_oloproof.records.access import asserting, by_id, evaluator_rows, recorded_relevance_unit
 from pytest_oloproof.records.cases import Case
+from pytest_oloproof.records.repeats import flaky_criteria
 from pytest_oloproof.records.shapes import CaseRecord, DiagnosisDoc, RunRecord
 from pytest_oloproof.system.declare import load_object
 from pytest_oloproof.usage import accounting as usage
@@ -184,6 +185,39 @@ def label_case(
     }
 
 
+#: Reason of an UNSTABLE case whose verdicts already differ across the parent run's repeats (`repeats: N`).
+UNSTABLE_ACROSS_REPEATS = "verdicts_differ_across_repeats"
+
+
+def unstable_across_repeats(rec: Mapping[str, Any], diagnoser: Diagnoser) -> dict[str, Any]:
+    """The entry of a case the run's repeats already show to be unstable: labelled UNSTABLE without a re-run;
+    its control and intervention values are excluded (never run), so they count as neither passed nor missing."""
+    evidence = relevant_evidence(rec, diagnoser.unit)
+    best: int | str | None = None
+    if evidence is not None:
+        best = min(evidence[0]) if evidence[0] else "none"
+    not_run = {"status": "excluded", "reason": UNSTABLE_ACROSS_REPEATS}
+    entry = {
+        "id": rec["id"],
+        "label": UNSTABLE,
+        "reason": UNSTABLE_ACROSS_REPEATS,
+        "strength": "not_diagnosed",
+        "best_relevant_position": best,
+        "original": value_of(rec, diagnoser.criterion),
+        "control": dict(not_run),
+        "intervention": dict(not_run),
+    }
+    if diagnoser.is_replay():
+        entry["replay_control"] = dict(not_run)
+        entry["replay"] = dict(not_run)
+    return entry
+
+
+def _not_run(v: Mapping[str, Any]) -> bool:
+    """A value never measured on purpose (an UNSTABLE case of the run's repeats): not missing."""
+    return v.get("status") == "excluded" and v.get("reason") == UNSTABLE_ACROSS_REPEATS
+
+
 # ------------------------------------------------------------------ documents
 
 
@@ -241,6 +275,7 @@ def build_gold_doc(
             "undiagnosable": len(undiagnosable),
             "control_passed": sum(1 for e in entries if passed(e["control"])),
             "unstable": sum(1 for e in entries if e["label"] == UNSTABLE),
+            "unstable_across_repeats": sum(1 for e in entries if e["reason"] == UNSTABLE_ACROSS_REPEATS),
             "not_diagnosed": sum(1 for e in entries if e["label"] == NOT_DIAGNOSED),
             **tally,
         },
@@ -285,14 +320,17 @@ def build_replay_doc(
             "undiagnosable": len(undiagnosable),
             "control_passed": sum(1 for e in entries if passed(e["replay_control"])),
             "unstable": sum(1 for e in entries if e["unstable"]),
+            "unstable_across_repeats": sum(1 for e in entries if e["reason"] == UNSTABLE_ACROSS_REPEATS),
             "not_diagnosed": sum(1 for e in entries if e["label"] == NOT_DIAGNOSED),
             "diagnosed": len(counted),
             "recovered": sum(1 for e in counted if passed(e["replay"])),
             "confirm_labels": list(CONFIRMS[name]),
             "confirmable": len(confirmable),
             "confirmed": sum(1 for e in confirmable if passed(e["replay"])),
-            "replay_missing": sum(1 for e in entries if not observed(e["replay"])),
-            "replay_control_missing": sum(1 for e in entries if not observed(e["replay_control"])),
+            "replay_missing": sum(1 for e in entries if not observed(e["replay"]) and not _not_run(e["replay"])),
+            "replay_control_missing": sum(
+                1 for e in entries if not observed(e["replay_control"]) and not _not_run(e["replay_control"])
+            ),
             # the cases left out of "diagnosed" for want of a replay or replay-control value
             "replay_not_counted": sum(
                 1
@@ -318,7 +356,7 @@ def _missing_of(entries: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> di
     """
     out: dict[str, dict[str, Any]] = {}
     for key in keys:
-        bad = [e for e in entries if key in e and not observed(e[key])]
+        bad = [e for e in entries if key in e and not observed(e[key]) and not _not_run(e[key])]
         if not bad:
             continue
         reasons: dict[str, int] = {}
@@ -631,6 +669,8 @@ class Diagnoser:
         rec = self.by_id[case_id]
         if case_id in self.undiagnosable:
             return {"id": case_id, "undiagnosable": True}
+        if self.criterion in flaky_criteria(rec):  # its verdicts differ across the run's repeats: no re-run needed
+            return {"id": case_id, "gold_diagnosis": None, "records": {}, "entry": unstable_across_repeats(rec, self)}
         case = case_from_record(rec)
         plans = self._plans(rec)
         kinds: list[str] = []

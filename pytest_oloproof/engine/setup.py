@@ -19,6 +19,7 @@ from pytest_oloproof.cache.caches import CacheMode, Caches
 from pytest_oloproof.config.settings import LoadedConfig, load_config
 from pytest_oloproof.errors import CaseFileError, ConfigError
 from pytest_oloproof.evaluate.record import evaluate_record
+from pytest_oloproof.evaluate.repeats import REPEATS, combine_repeats
 from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.evaluators.registry import Registry
 from pytest_oloproof.evaluators.retrieval import label_facts
@@ -79,6 +80,8 @@ class RunSetup:
             retries=cfg.settings.retries,
             base_dir=cfg.base_dir,
             budget=budget,
+            repeats=cfg.settings.repeats,
+            repeat_retrieval=cfg.settings.repeat_retrieval,
         )
         labels = label_facts(c.relevant for c in cases) if load_case_files else None
         return cls(cfg, system, cases, evaluators, caches, store, engine, registry, budget, labels)
@@ -118,18 +121,23 @@ class RunSetup:
         `ask=False`: judge nothing more (see evaluate_record).
         """
         evs = evaluators or self.evaluators
+        others = rec.pop(REPEATS, None)  # repeats 1 … N−1 of the case (`repeats: N`), each judged on its own
         try:
             with usage.using_budget(self.budget):  # judge calls reserve from the run's budget
-                rec = evaluate_record(
-                    case,
-                    rec,
-                    evs,
-                    self.caches,
-                    relevance_unit=self.relevance_unit,
-                    gold=gold,
-                    bypass_judgment=bypass_judgment,
-                    ask=ask,
-                )
+                judged = [
+                    evaluate_record(
+                        case,
+                        r,
+                        evs,
+                        self.caches,
+                        relevance_unit=self.relevance_unit,
+                        gold=gold,
+                        bypass_judgment=bypass_judgment,
+                        ask=ask,
+                    )
+                    for r in [rec, *(others or [])]
+                ]
+            rec = combine_repeats(judged[0], judged[1:]) if others else judged[0]
             return with_case_fields(case, rec)
         except KeyboardInterrupt:
             raise
@@ -158,6 +166,7 @@ class RunSetup:
             "min_slice_support": s.min_slice_support,
             "confidence": s.confidence,
             "seed": s.seed,
+            **({"repeats": s.repeats, "repeat_retrieval": s.repeat_retrieval} if s.repeats > 1 else {}),
             "cache_mode": cache_mode.value,
             **usage_settings(s),
             **(dict(extra) if extra else {}),

@@ -22,11 +22,13 @@ from typing import Any
 from pytest_oloproof.cache.caches import Caches
 from pytest_oloproof.cache.execution_entry import EXECUTION_ENTRY, VERDICTS, cacheable
 from pytest_oloproof.errors import ContractError
+from pytest_oloproof.evaluate.repeats import REPEATS
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.identity import StageKeys, canonical_json
 from pytest_oloproof.records.stored import is_candidates, is_execution_entry
 from pytest_oloproof.system.assembly import assemble
 from pytest_oloproof.system.declare import Passage, check_reranked, check_retrieval, check_string_keys, check_tokens
+from pytest_oloproof.system.repeat import repeat_scope
 from pytest_oloproof.usage.accounting import PAID_STAGES, Budget, BudgetExhausted, collect
 
 from .attempts import (
@@ -63,6 +65,9 @@ class ExecutionPlan:
     reranker: Callable[..., Any] | None = None
     query: Any = None  # the recorded Retrieval.query, for a replay (what a reranker receives)
     token_budget: int | None = None  # assemble under this budget instead of the system's (a token-budget replay)
+    repeat: int = 0  # which repeat of the case (`repeats: N`); > 0 is part of the execution/generate keys
+    #: a repeat's retrieval, shared from repeat 0 (query, candidates): retrieval runs once per case
+    shared_retrieval: tuple[Any, Sequence[Mapping[str, Any]]] | None = None
 
 
 NORMAL = ExecutionPlan()
@@ -87,6 +92,8 @@ class Engine:
     backoff_s: float = 0.05
     base_dir: Path | None = None
     budget: Budget | None = None  # max_cost / max_judge_calls of the run (usage.py)
+    repeats: int = 1  # `repeats: N`: each normal case's generation runs N times
+    repeat_retrieval: bool = False  # retrieve again in every repeat (default: repeat 0's retrieval is shared)
     _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
     #: set by the session that records this engine's normal cases (see CompletionLedger)
     ledger: CompletionLedger | None = field(default=None, repr=False)
@@ -122,7 +129,9 @@ class Engine:
         bypass = plan.bypass_cache
         keys = self._keys()
         input_json = canonical_json(case.input)
-        ekey = keys.execution(input_json)
+        ekey = keys.execution(input_json, plan.repeat, self.repeat_retrieval)
+        if plan.repeat:
+            rec["repeat"] = plan.repeat
         if use_exec_cache:
             hit = self.caches.get("execution", ekey, bypass=bypass)
             # an entry from before the query was recorded lacks it: recomputed, so the record keeps the query;
@@ -156,8 +165,11 @@ class Engine:
             candidates = [dict(c) for c in plan.recorded]
             rec["query"] = plan.query
             rec["cache"]["retrieve"] = None
+        elif plan.shared_retrieval is not None:  # a repeat: repeat 0's retrieval, not consulted again
+            rec["query"] = plan.shared_retrieval[0]
+            candidates = [dict(c) for c in plan.shared_retrieval[1]]
         else:
-            rkey = keys.retrieve(input_json)
+            rkey = keys.retrieve(input_json, plan.repeat if self.repeat_retrieval else 0)
             cached = self.caches.get("retrieve", rkey, bypass=bypass)
             # {"query", "candidates", "usage"?}; a bare list (an entry from before the query was kept) is a miss,
             # and so are candidates of the wrong shape
@@ -234,7 +246,7 @@ class Engine:
             rec["context_truncated"] = asm.truncated
 
         # -- generate
-        gkey = keys.generate(input_json, context)
+        gkey = keys.generate(input_json, context, plan.repeat)
         gen_bypass = bypass or plan.gold_context is not None or plan.recorded is not None
         cached_out = self.caches.get("generate", gkey, bypass=gen_bypass)
         if isinstance(cached_out, dict) and isinstance(cached_out.get("output"), Mapping):
@@ -289,7 +301,8 @@ class Engine:
         the case is counted as completed: an interrupted run records what the next run reuses.
         """
         value = cacheable(rec) if use_exec_cache else None
-        ledger = self.ledger if use_exec_cache else None
+        # a repeat > 0 is not a case of its own: the ledger counts the case when its repeat 0 completes
+        ledger = self.ledger if use_exec_cache and not rec.get("repeat") else None
         with ledger.lock if ledger is not None else contextlib.nullcontext():
             if ledger is not None and ledger.closed:
                 return  # the interrupted run's record is decided; this case did not complete in it
@@ -305,7 +318,7 @@ class Engine:
     def _register(self, rec: dict[str, Any]) -> None:
         """Count a normal-plan case as completed in this run (a cache hit, or an error: nothing to commit)."""
         ledger = self.ledger
-        if ledger is not None:
+        if ledger is not None and not rec.get("repeat"):
             with ledger.lock:
                 if not ledger.closed:
                     ledger.done[rec["id"]] = dict(rec)
@@ -349,6 +362,12 @@ class Engine:
         Never raises but KeyboardInterrupt: whatever the system raises is the case's
         error, and an error in Oloproof's own code is a record with reason `internal_error`.
         """
+        rec = self._execute_one(case, plan)
+        if plan is NORMAL and self.repeats > 1:
+            rec[REPEATS] = [self._execute_one(case, self._repeat_plan(rec, r)) for r in range(1, self.repeats)]
+        return rec
+
+    def _execute_one(self, case: Case, plan: ExecutionPlan) -> dict[str, Any]:
         try:
             rec = run_inline(self._attempts(case, plan, inline=True))
         except KeyboardInterrupt:
@@ -357,6 +376,14 @@ class Engine:
             rec = internal_error_record(case, exc, plan.label)
         return self._done(rec, plan)
 
+    def _repeat_plan(self, first: Mapping[str, Any], repeat: int) -> ExecutionPlan:
+        """Repeat `repeat` of a case: a normal execution under its own keys, with repeat 0's retrieval
+        (unless `repeat_retrieval`, or repeat 0 has none, e.g. its retriever failed)."""
+        shared = None
+        if not self.repeat_retrieval and self.system.is_rag and first.get("retrieval") is not None:
+            shared = (first.get("query"), first["retrieval"])
+        return ExecutionPlan(label="normal", repeat=repeat, shared_retrieval=shared)
+
     async def aexecute(
         self, case: Case, plan: ExecutionPlan = NORMAL, *, offload: Offload | None = None
     ) -> dict[str, Any]:
@@ -364,6 +391,14 @@ class Engine:
 
         Raises only KeyboardInterrupt and the cancellation of its task; as `execute` otherwise.
         """
+        rec = await self._aexecute_one(case, plan, offload)
+        if plan is NORMAL and self.repeats > 1:
+            rec[REPEATS] = [
+                await self._aexecute_one(case, self._repeat_plan(rec, r), offload) for r in range(1, self.repeats)
+            ]
+        return rec
+
+    async def _aexecute_one(self, case: Case, plan: ExecutionPlan, offload: Offload | None) -> dict[str, Any]:
         try:
             rec = await self._attempts(case, plan, inline=False, offload=offload or asyncio.to_thread)
         except (KeyboardInterrupt, asyncio.CancelledError):
@@ -373,6 +408,8 @@ class Engine:
         return self._done(rec, plan)
 
     def _done(self, rec: dict[str, Any], plan: ExecutionPlan) -> dict[str, Any]:
+        if plan.repeat:
+            rec["repeat"] = plan.repeat  # also on a record of an error (which the pipeline did not build)
         if rec.get("error") and (plan is NORMAL or plan.label == "normal"):
             self._register(rec)
         return rec
@@ -440,6 +477,12 @@ class Engine:
         its own, so the coroutine never suspends. With it, async stages are awaited and the sync stages that
         may block run through `offload`'s threads, so they never hold up the other cases on the loop.
         """
+        with repeat_scope(plan.repeat):  # what `current_repeat()` returns in the system's calls
+            return await self._drive_calls(case, plan, deadline, offload)
+
+    async def _drive_calls(
+        self, case: Case, plan: ExecutionPlan, deadline: AttemptDeadline | None, offload: Offload | None
+    ) -> dict[str, Any]:
         seen: dict[str, Any] = {}
         gen = self._pipeline(case, plan, seen, deadline)
         timings: dict[str, float] = {}

@@ -145,7 +145,7 @@ def evaluate_record(
         x, digests = ahead.x, ahead.digests
     else:
         x = eval_input(case, rec, gold) if not error else None
-        digests = VerdictDigests(x, expected_digest) if x is not None else None
+        digests = VerdictDigests(x, expected_digest, int(rec.get("repeat") or 0)) if x is not None else None
     spent: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage entries of the calls made now
     saved: dict[str, list[dict[str, Any]]] = {}  # criterion -> usage recorded with a cached verdict
     with caches.batch():  # the case's verdicts and its bundle in one commit
@@ -281,8 +281,9 @@ def _bundle(value: Any, evaluators: Sequence[Evaluator]) -> dict[str, Any] | Non
 class VerdictDigests:
     """Digests of what evaluators read of one case, each computed once however many evaluators read it."""
 
-    def __init__(self, x: EvalInput, expected: str | None = None) -> None:
+    def __init__(self, x: EvalInput, expected: str | None = None, repeat: int = 0) -> None:
         self.x = x
+        self.repeat = repeat  # a repeat > 0 is part of each verdict's key (`repeats: N`)
         self._expected = expected  # already computed by the caller, or on first use
         self._reads: dict[frozenset[str], str] = {}
 
@@ -317,7 +318,9 @@ def _settings_digest(ev: Evaluator) -> str:
 def verdict_key(ev: Evaluator, digests: VerdictDigests) -> str | None:
     """The judgment-cache key of one evaluator's verdict on one case (None when it cannot be computed)."""
     try:
-        return judgment_key(ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev))
+        return judgment_key(
+            ev.type or type(ev).__name__, _settings_digest(ev), digests.expected(), digests.reads(ev), digests.repeat
+        )
     except (TypeError, ValueError):
         return None
 

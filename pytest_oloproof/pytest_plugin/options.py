@@ -29,6 +29,13 @@ def _shard(value: str) -> tuple[int, int]:
         raise pytest.UsageError(f"--oloproof-shard: {exc}") from None
 
 
+def _repeats(value: str) -> int:
+    try:
+        return parse_positive_int(value)
+    except ValueError as exc:
+        raise pytest.UsageError(f"--oloproof-repeats: {exc} (how many times each case's generation runs)") from None
+
+
 def _cache_mode(value: str) -> CacheMode:
     try:
         return parse_mode(value)
@@ -55,6 +62,14 @@ def add_options(parser: pytest.Parser) -> None:
         default=None,
         metavar="N",
         help="cases executing at once (overrides `concurrency`)",
+    )
+    group.addoption(
+        "--oloproof-repeats",
+        dest="oloproof_repeats",
+        type=_repeats,
+        default=None,
+        metavar="N",
+        help="run each case's generation N times (overrides `repeats`)",
     )
     group.addoption("--oloproof-report", dest="oloproof_report", metavar="PATH", help="write the JSON run report")
     group.addoption(
@@ -114,6 +129,7 @@ def session_options(config: pytest.Config) -> SessionOptions:
         config_error=config_error,
         cache_mode=opt("oloproof_cache") or CacheMode.READWRITE,
         concurrency=opt("oloproof_concurrency"),
+        repeats=opt("oloproof_repeats"),
         report=opt("oloproof_report"),
         html=opt("oloproof_html"),
         diagnose=opt("oloproof_diagnose"),

@@ -52,17 +52,27 @@ class StageKeys:
     def _key(kind: str, system_part: str, *parts: str) -> str:
         return hashlib.sha256("|".join((kind, system_part, *parts)).encode("utf-8")).hexdigest()
 
-    def retrieve(self, input_json: str) -> str:
-        """system name, index_version, depth, input (not version, top_k, budget)."""
-        return self._key("retrieve/2", self._retrieve, input_json)
+    def retrieve(self, input_json: str, repeat: int = 0) -> str:
+        """system name, index_version, depth, input (not version, top_k, budget); the repeat index when > 0."""
+        return self._key("retrieve/2", self._retrieve, input_json, *_repeat_part(repeat))
 
-    def generate(self, input_json: str, context: Sequence[Any]) -> str:
-        """system name, version, input, the assembled context (not depth, top_k, budget)."""
-        return self._key("generate/2", self._generate, input_json, canonical_json(context_identity(context)))
+    def generate(self, input_json: str, context: Sequence[Any], repeat: int = 0) -> str:
+        """system name, version, input, the assembled context (not depth, top_k, budget); the repeat index when > 0."""
+        context_json = canonical_json(context_identity(context))
+        return self._key("generate/2", self._generate, input_json, context_json, *_repeat_part(repeat))
 
-    def execution(self, input_json: str) -> str:
-        """the whole system configuration and the input."""
-        return self._key("execution/2", self._execution, input_json)
+    def execution(self, input_json: str, repeat: int = 0, repeat_retrieval: bool = False) -> str:
+        """the whole system configuration and the input; the repeat index when > 0 (and whether it retrieved)."""
+        parts = _repeat_part(repeat)
+        if repeat and repeat_retrieval:
+            parts += ("retrieval=each",)
+        return self._key("execution/2", self._execution, input_json, *parts)
+
+
+def _repeat_part(repeat: int) -> tuple[str, ...]:
+    """A repeat's part of a key: nothing for repeat 0, so a run without repeats (and every repeat 0) keeps the
+    keys it always had, and `repeats: 3` after `repeats: 1` reuses the single run's entries as its repeat 0."""
+    return (f"repeat={repeat}",) if repeat else ()
 
 
 def retrieve_key(system: Mapping[str, Any], input: Any) -> str:
@@ -73,13 +83,18 @@ def execution_key(system: Mapping[str, Any], input: Any) -> str:
     return StageKeys(system).execution(canonical_json(input))
 
 
-def judgment_key(evaluator_type: str, settings_digest: str, expected_digest: str, reads_digest: str) -> str:
+def judgment_key(
+    evaluator_type: str, settings_digest: str, expected_digest: str, reads_digest: str, repeat: int = 0
+) -> str:
     """Identity of one verdict: the evaluator (type, settings) and everything it reads (never a secret).
 
     The parts are digests (`sha256_of` of each), so a case's expected data and
     output are serialised once for all its evaluators, not once per evaluator.
+    A repeat > 0 is part of it, so a judge is asked again in every repeat even when two answers are equal.
     """
     text = f"judgment/2|{evaluator_type}|{settings_digest}|{expected_digest}|{reads_digest}"
+    if repeat:
+        text += f"|repeat={repeat}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 

@@ -131,6 +131,7 @@ class RunSummary(TypedDict, total=False):
     usage: dict[str, Any] | None
     budget: dict[str, Any] | None
     note: str
+    repeat_summary: dict[str, Any]  # `repeats: N`: flaky cases and the variance split (stats/repeats.py)
 
 
 class RunRecord(TypedDict, total=False):
@@ -162,6 +163,9 @@ class RunRecord(TypedDict, total=False):
     usage: dict[str, Any] | None
     budget: dict[str, Any] | None
     counts: RunCounts
+    repeats: int  # `repeats: N` (only when N > 1)
+    repeat_retrieval: bool
+    repeat_summary: dict[str, Any]  # flaky cases and the variance split (stats/repeats.py)
     confidence: float
     min_slice_support: int
     seed: int | None

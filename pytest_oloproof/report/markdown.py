@@ -104,6 +104,9 @@ def run_markdown(view: RunView | Mapping[str, Any]) -> str:
     notes = terminal.accounting_lines(view.metrics) + terminal.corrected_lines(view.corrected)
     out += bullets([text(n) for n in notes])
     out += [f"{code(line)}  " for line in cache[:-1]] + [code(line) for line in cache[-1:]] + [""]
+    repeats = terminal.repeats_lines(view.repeats)
+    if repeats:
+        out += bullets([text(line.strip()) for line in repeats])
     out += failed_case_lines(view)
     return "\n".join(out).rstrip("\n") + "\n\n"
 

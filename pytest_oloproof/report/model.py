@@ -32,9 +32,10 @@ from .text import (
     diagnosis_lines,
     intervention_title,
     miss_lines,
+    repeats_lines,
     usage_lines,
 )
-from .views import CaseView, DiagnosisView, RunView, criterion_failures
+from .views import CaseView, DiagnosisView, RunView, case_repeats, criterion_failures
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
 _STATUS_CODE = {"observed": "o", "missing": "m", "excluded": "x"}
@@ -343,6 +344,14 @@ def _cache(cache: Any) -> Any:
     return [cache.get("execution"), cache.get("retrieve"), cache.get("generate"), j.get("hit"), j.get("miss")]
 
 
+def _repeat_rows(case: Mapping[str, Any], criteria: Sequence[str]) -> list[list[Any]] | None:
+    """Every repeat of the case (`repeats: N`): [index, criterion cells, output, error message]; None without."""
+    rows = [
+        [r.repeat, _criterion_cells({"criteria": r.criteria}, criteria), r.output, r.error] for r in case_repeats(case)
+    ]
+    return rows or None
+
+
 def _without_nulls(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if v is not None}
 
@@ -387,6 +396,7 @@ def case_payload(
                     "src": case.get("source"),
                     "u": case_usage_text(CaseView.of(case)).removeprefix(" · ") or None,
                     "dg": dict(label) if label else None,
+                    "rp": _repeat_rows(case, criteria),
                 }
             )
         )
@@ -497,6 +507,7 @@ def run_view(
         "funnel": funnel(record, diagnosis[1].get("criterion") if diagnosis else None),
         "slices": slice_plots(view.slices, view.min_slice_support),
         "min_slice_support": view.min_slice_support,
+        "repeat_lines": [line.strip() for line in repeats_lines(view.repeats)],
         "diagnosis": {"id": diagnosis[0], "criterion": diagnosis[1].get("criterion")} if diagnosis else None,
         "labels": sorted({v["label"] for v in labels.values() if v.get("label")}),
         "data": case_payload(record, labels),

@@ -7,6 +7,7 @@ prints back from the store: one function per document, so the three never differ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -34,8 +35,10 @@ from .views import (
     GateView,
     JudgeValidationView,
     PlanView,
+    RepeatsView,
     RunView,
     UsageView,
+    case_repeats,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "case_line",
+    "case_repeat_lines",
     "comparison_lines",
     "decision_lines",
     "diagnosis_case_lines",
@@ -195,6 +199,7 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
     lines += miss_lines(view.cache_misses)
     lines += usage_lines(view.usage)
     lines += slice_lines(view.slices, view.min_slice_support)
+    lines += repeats_lines(view.repeats)
     if view.system_errors:
         lines.append(f"System errors: {view.system_errors} case(s) missing for every criterion (see the run record)")
     if view.internal_errors:
@@ -207,6 +212,52 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
     where = f" in {store_root}" if store_root else ""
     lines.append(f"Run {view.run_id} ({view.status}, {view.case_count} cases) stored{where}")
     return lines
+
+
+def repeats_lines(view: RepeatsView | None) -> list[str]:
+    """The flaky cases and the variance split of a run with repeats (nothing for a run without)."""
+    if view is None:
+        return []
+    lines = [
+        f"Repeats: {view.n} per case · flaky cases (a verdict differs across repeats): "
+        f"{len(view.flaky_cases)} of {view.case_count}"
+    ]
+    for name, ids in view.flaky.items():
+        lines.append(f"  {name}: {', '.join(ids)}")
+    for v in view.variance:
+        lines.append(
+            f"Variance of {v.criterion} (Miller 2024): between cases {v.between:.4f}, within a case {v.within:.4f}"
+        )
+        lines.append(
+            f"  standard error {v.se:.3f} with {v.repeats} repeats, {v.se_double:.3f} with {2 * v.repeats}, "
+            f"{v.se_floor:.3f} with unlimited repeats (they remove at most {v.within_share:.0%} of the variance)"
+        )
+        if v.note:
+            lines.append(f"  note: {v.note}")
+    return lines
+
+
+def case_repeat_lines(case: Mapping[str, Any]) -> list[str]:
+    """One line per repeat of a case (for `oloproof inspect`): its verdicts, answer and error."""
+    out = []
+    for r in case_repeats(case):
+        parts = []
+        for name, cv in r.criteria.items():
+            if cv.get("status") == "observed":
+                v = cv.get("value")
+                parts.append(f"{name}={'pass' if v == 1.0 else ('fail' if v == 0.0 else f'{v:.3f}')}")
+            else:
+                parts.append(f"{name}={cv.get('status')}({cv.get('reason')})")
+        answer = r.output.get("answer") if isinstance(r.output, Mapping) else None
+        said = f" · answer {_short_answer(answer)}" if answer is not None else ""
+        err = f" · error: {r.error}" if r.error is not None else ""
+        out.append(f"  repeat {r.repeat}: {', '.join(parts)}{said}{err}")
+    return out
+
+
+def _short_answer(answer: Any, limit: int = 60) -> str:
+    text = json.dumps(answer, ensure_ascii=False) if not isinstance(answer, str) else repr(answer)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def run_summary(record: Mapping[str, Any], *, store_root: str | None = None) -> list[str]:
@@ -423,13 +474,19 @@ def _diagnosis_lines(view: DiagnosisView) -> list[str]:
     if not c["selected"] or doc_id is None:
         return lines
     no_control = (view.missing.get("control") or {}).get("count", 0)
+    across_repeats = int(c.get("unstable_across_repeats") or 0)  # known from the run's repeats, not re-run
     lines.append(
-        f"Control: {c['control_passed']} of {c['selected']} passed when re-executed without the intervention"
-        + (f" ({no_control} without a value)" if no_control else "")
+        f"Control: {c['control_passed']} of {c['selected'] - across_repeats} passed when re-executed without the "
+        "intervention" + (f" ({no_control} without a value)" if no_control else "")
     )
-    if c["unstable"]:
+    if c["unstable"] - across_repeats:
         where = "the control" if view.intervention["name"] == "gold-context" else "a control"
-        lines.append(f"UNSTABLE: {c['unstable']} of {c['selected']}, passed in {where}; not diagnosed")
+        lines.append(f"UNSTABLE: {c['unstable'] - across_repeats} of {c['selected']}, passed in {where}; not diagnosed")
+    if across_repeats:
+        lines.append(
+            f"UNSTABLE: {across_repeats} of {c['selected']}, verdicts differ across the run's repeats "
+            "(not re-run); not diagnosed"
+        )
     if c["not_diagnosed"]:
         lines.append(
             f"{NOT_DIAGNOSED}: {c['not_diagnosed']} of {c['selected']}, no value under the intervention "

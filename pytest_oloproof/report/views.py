@@ -111,6 +111,83 @@ def failed_cases(record: Mapping[str, Any]) -> list[FailedCase]:
 
 
 @dataclass(frozen=True)
+class VarianceRow:
+    """One criterion's variance split over repeats (stats/repeats.py; Miller 2024, arXiv:2411.00640)."""
+
+    criterion: str
+    between: float
+    within: float
+    repeats: int
+    se: float  # the standard error of the run's mean now (from the case means)
+    se_double: float  # ... with twice the repeats, as the model predicts
+    se_floor: float  # ... with unlimited repeats: only the between-case part is left
+    within_share: float  # the share of the mean's variance that more repeats could remove
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class RepeatsView:
+    """A run with repeats: how many per case, the flaky cases per criterion, and the variance split."""
+
+    n: int
+    case_count: int
+    flaky: Mapping[str, Sequence[str]]  # criterion -> ids of the cases whose verdicts differ across repeats
+    flaky_cases: Sequence[str]
+    variance: Sequence[VarianceRow]
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any]) -> RepeatsView | None:
+        summary = record.get("repeat_summary")
+        if not isinstance(summary, Mapping):
+            return None
+        rows = [
+            VarianceRow(
+                name,
+                float(v["between"]),
+                float(v["within"]),
+                int(v["repeats"]),
+                float(v["se"]),
+                float(v["se_double"]),
+                float(v["se_floor"]),
+                float(v["within_share"]),
+                v.get("note"),
+            )
+            for name, v in (summary.get("variance") or {}).items()
+            if float(v.get("within", 0)) > 0  # a criterion that never varies within a case: nothing to split
+        ]
+        return cls(
+            n=int(summary.get("n", 1)),
+            case_count=int((record.get("counts") or {}).get("cases", len(record.get("cases") or []))),
+            flaky=summary.get("flaky") or {},
+            flaky_cases=summary.get("flaky_cases") or [],
+            variance=rows,
+        )
+
+
+@dataclass(frozen=True)
+class RepeatRow:
+    """One repeat of one case: its verdicts, its output and its error (what `inspect` and the case page show)."""
+
+    repeat: int
+    criteria: Mapping[str, Mapping[str, Any]]
+    output: Any
+    error: str | None
+
+
+def case_repeats(case: Mapping[str, Any]) -> list[RepeatRow]:
+    """Every repeat of a stored case record, in order; [] for a case of a run without repeats."""
+    out: list[RepeatRow] = []
+    for r in case.get("repeats") or []:
+        error = r.get("error")
+        out.append(RepeatRow(int(r.get("repeat", len(out))), r.get("criteria") or {}, r.get("output"), _message(error)))
+    return out
+
+
+def _message(error: Any) -> str | None:
+    return str(error.get("message", "")) if isinstance(error, Mapping) else None
+
+
+@dataclass(frozen=True)
 class RunView:
     """One run: metrics with their accounting, caches, usage, slices, errors and failed cases."""
 
@@ -134,6 +211,8 @@ class RunView:
     record: Mapping[str, Any] = field(repr=False)
     #: judge-corrected rates per criterion, computed from imported labels when the run is read
     corrected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: flaky cases and the variance split of a run with repeats (`repeats: N`), else None
+    repeats: RepeatsView | None = None
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> RunView:
@@ -158,6 +237,7 @@ class RunView:
             note=record.get("note"),
             record=record,
             corrected=record.get("corrected") or {},
+            repeats=RepeatsView.of(record),
         )
 
     @property

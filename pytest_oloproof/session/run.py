@@ -61,6 +61,7 @@ class SessionOptions:
     config_error: OloproofError | None = None
     cache_mode: CacheMode = CacheMode.READWRITE
     concurrency: int | None = None
+    repeats: int | None = None  # --oloproof-repeats: overrides `repeats`
     report: str | None = None
     html: str | None = None
     diagnose: str | None = None  # the run id to diagnose
@@ -193,7 +194,9 @@ class RunSession:
         assert self.options.config_path is not None
         from pytest_oloproof.engine.setup import RunSetup
 
-        overrides = {"concurrency": self.options.concurrency} if self.options.concurrency else {}
+        overrides: dict[str, Any] = {"concurrency": self.options.concurrency} if self.options.concurrency else {}
+        if self.options.repeats:
+            overrides["repeats"] = self.options.repeats
         setup = self.setup = RunSetup.load(
             self.loaded_config or self.options.config_path,  # parsed once, when the face started
             cache_mode=self.cache_mode,

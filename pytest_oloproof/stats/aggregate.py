@@ -6,11 +6,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from pytest_oloproof.records.repeats import flaky_criteria, kind_over_repeats, repeat_verdicts
 from pytest_oloproof.records.shapes import MetricRecord, RunSummary
 
 from . import intervals as stats
+from .repeats import repeats_summary
 
-COMPUTED_SLICES = ("relevant_position", "context_truncated")
+COMPUTED_SLICES = ("relevant_position", "context_truncated", "flaky")
 
 
 def is_binary(values: Iterable[float]) -> bool:
@@ -144,6 +146,8 @@ def slice_value(case: Mapping[str, Any], name: str) -> str | None:
     if name == "relevant_position":
         v = case.get("relevant_position")
         return None if v is None else str(v)
+    if name == "flaky":  # whether any verdict of the case differs across its repeats (`repeats: N`)
+        return ("true" if flaky_criteria(case) else "false") if repeat_verdicts(case) else None
     if name == "context_truncated":
         v = case.get("context_truncated")
         if v is None or ("retrieval" in case and case["retrieval"] is None and case.get("error") is None):
@@ -217,30 +221,49 @@ def cache_counts(cases: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]
             v = cache.get(k)
             if v in ("hit", "miss"):
                 counts[k][v] += 1
+        for k, n in (cache.get("repeats") or {}).items():  # the case's repeats 1 … N−1 (`repeats: N`)
+            if k in counts and isinstance(n, Mapping):
+                counts[k]["hit"] += int(n.get("hit", 0))
+                counts[k]["miss"] += int(n.get("miss", 0))
         j = cache.get("judgment") or {}
         counts["judgment"]["hit"] += int(j.get("hit", 0))
         counts["judgment"]["miss"] += int(j.get("miss", 0))
     return counts
 
 
+#: The note on a rate criterion of a run with repeats: read as a mean of per-case means (the case is the unit).
+REPEATED_RATE_NOTE = (
+    "a rate averaged over {n} repeats per case: the mean of per-case means, with the bounded-mean interval over cases"
+)
+
+
 def summary_settings(header: Mapping[str, Any]) -> dict[str, Any]:
     """What a run's summary depends on besides its cases (plain JSON, so a stats worker can take it)."""
     return {
-        "criteria": [[e["criterion"], e["kind"]] for e in header.get("evaluators", [])],
+        # with repeats, a rate whose value can differ across repeats is read as a mean (records/repeats.py)
+        "criteria": [[e["criterion"], kind_over_repeats(header, e)] for e in header.get("evaluators", [])],
+        "declared": {e["criterion"]: e["kind"] for e in header.get("evaluators", [])},
         "confidence": float(header.get("confidence", 0.95)),
         "seed": int(header.get("seed", 0)),
         "slices": list(header.get("slices", [])),
         "min_slice_support": int(header.get("min_slice_support", 5)),
+        "repeats": int(header.get("repeats") or 1),
     }
 
 
 def summarize_run(cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any]) -> RunSummary:
     """Metrics, slices, cache counts and counts of a run's (slim) case summaries."""
+    repeats = int(settings.get("repeats") or 1)
     criteria = [(name, kind) for name, kind in settings["criteria"]]
     conf, seed = settings["confidence"], settings["seed"]
     ordered = sorted(cases, key=lambda c: c["id"])
     metrics = compute_metrics(ordered, criteria, confidence=conf, seed=seed)
-    return {
+    declared = settings.get("declared") or {}
+    for name, kind in criteria:
+        if declared.get(name, kind) != kind:
+            note = REPEATED_RATE_NOTE.format(n=repeats)
+            metrics[name]["note"] = "; ".join(x for x in (note, metrics[name].get("note")) if x)
+    out: RunSummary = {
         "metrics": metrics,
         "slices": compute_slices(
             ordered,
@@ -258,3 +281,7 @@ def summarize_run(cases: Sequence[Mapping[str, Any]], settings: Mapping[str, Any
             "internal_errors": sum(1 for c in cases if (c.get("error") or {}).get("reason") == "internal_error"),
         },
     }
+    repeated = repeats_summary(cases, [name for name, _ in criteria], repeats)
+    if repeated is not None:
+        out["repeat_summary"] = repeated
+    return out

@@ -32,7 +32,18 @@ def slim_case(rec: Mapping[str, Any]) -> dict[str, Any]:
         "cache": _shared_cache(rec.get("cache") or {}),
         "digest": rec.get("digest"),
         **_usage_tallies(rec),
+        **_repeat_values(rec),
     }
+
+
+def _repeat_values(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """`repeat_values`: per criterion, the value in each repeat (`repeats: N`), when the case has repeats."""
+    values = {
+        name: c["repeat_values"]
+        for name, c in (rec.get("criteria") or {}).items()
+        if isinstance(c, Mapping) and isinstance(c.get("repeat_values"), list)
+    }
+    return {"repeat_values": values} if values else {}
 
 
 def _usage_tallies(rec: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,7 +69,16 @@ def _shared(d: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _shared_cache(cache: Mapping[str, Any]) -> dict[str, Any]:
     j = cache.get("judgment") or {}
-    key = ("cache", cache.get("execution"), cache.get("retrieve"), cache.get("generate"), j.get("hit"), j.get("miss"))
+    key: tuple[Any, ...] = (
+        "cache",
+        cache.get("execution"),
+        cache.get("retrieve"),
+        cache.get("generate"),
+        j.get("hit"),
+        j.get("miss"),
+    )
+    if cache.get("repeats"):  # the counts of a case's repeats 1 … N−1 (`repeats: N`)
+        key += (repr(cache["repeats"]),)
     found = _SHARED.get(key)
     if found is None:
         found = {**cache, "judgment": dict(j)}

@@ -251,6 +251,27 @@
     t.appendChild(body);
     return t;
   }
+  function repeatsTable(c) {
+    // every repeat of the case (repeats: N): its verdicts, its output and its error
+    var t = el("table", "grid repeats");
+    var head = el("tr");
+    ["repeat"].concat(CRIT.map(function (k) { return k.name; })).concat(["output", "error"]).forEach(function (h) {
+      var th = el("th", null, h); th.scope = "col"; head.appendChild(th);
+    });
+    var thead = el("thead"); thead.appendChild(head); t.appendChild(thead);
+    var body = el("tbody");
+    c.rp.forEach(function (r) {
+      var tr = el("tr");
+      tr.dataset.repeat = r[0];
+      tr.appendChild(el("td", null, String(r[0])));
+      CRIT.forEach(function (k, i) { tr.appendChild(el("td", cellClass(r[1][i], "rate"), cellText(r[1][i], "rate"))); });
+      var out = el("td"); out.appendChild(pre(r[2])); tr.appendChild(out);
+      tr.appendChild(el("td", r[3] ? "cell-fail" : null, r[3] || ""));
+      body.appendChild(tr);
+    });
+    t.appendChild(body);
+    return t;
+  }
   function showDetail(id) {
     var box = $("detail"), body = $("detail-body");
     body.textContent = "";
@@ -284,6 +305,7 @@
       section(body, "Retrieval ladder", el("p", null, c.e ? "No retrieval recorded (the system failed)." : "This system has no retrieval stage."));
     }
     section(body, "Output", pre(c.out));
+    if (c.rp) { section(body, "Repeats (" + c.rp.length + ")", repeatsTable(c)); }
     section(body, "Criteria", criteriaTable(c));
     if (c.e) {
       var err = el("div", "error");
