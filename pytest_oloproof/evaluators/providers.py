@@ -22,6 +22,7 @@ import importlib
 import json
 import logging
 import os
+import random
 import socket
 import sys
 import threading
@@ -34,6 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pytest_oloproof.errors import ConfigError, OloproofError
 from pytest_oloproof.records import redaction
+
+from .pacing import AdaptiveConcurrency, RateLimiter, backoff_delay, shared_limiter
 
 if TYPE_CHECKING:
     import ssl
@@ -49,6 +52,9 @@ _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 #: The most bytes a judge's reply may take, on the wire and again once decompressed (a chat completion
 #: is a few KiB): a larger reply is refused, not read, so a gzip bomb never fills memory.
 MAX_REPLY_BYTES = 4 * 1024 * 1024
+#: The most 429s one call waits out while the endpoint serves other requests (beyond them, each 429 counts
+#: as a failed attempt): a busy endpoint delays a verdict, it does not lose it.
+MAX_THROTTLED_WAITS = 20
 #: Of an error reply (not 200), only this much is read: enough for the message quoted in the reason.
 _ERROR_BODY_BYTES = 64 * 1024
 
@@ -175,14 +181,16 @@ def check_base_url(base_url: Any) -> None:
 
 
 class OpenAIProvider:
-    """An OpenAI-compatible chat-completions endpoint, with retries and a concurrency limit.
+    """An OpenAI-compatible chat-completions endpoint, with retries, pacing and a concurrency limit.
 
     Retries (up to `retries` extra attempts) on 408/409/425/429, 5xx, timeouts (an
-    attempt past its `timeout_s` deadline) and connection errors, waiting `backoff_s * 2**attempt` or the server's
-    `Retry-After` (seconds), never more than `max_backoff_s`. At most
-    `concurrency` requests of this instance are in flight at once. `extra` is
-    merged into the request body (e.g. ``max_tokens``, ``seed``) and is part of
-    the identity.
+    attempt past its `timeout_s` deadline) and connection errors, waiting a fully jittered
+    uniform(0, `backoff_s * 2**attempt`) on top of the server's `Retry-After` (seconds), never more than
+    `max_backoff_s` (`rng` draws the jitter: pass a seeded `random.Random` to repeat it). At most
+    `concurrency` requests of this instance are in flight at once, fewer after a 429 (halved, then
+    climbing back one per round trip). `rate_limit` ({requests_per_second, tokens_per_minute}) paces
+    every request to this endpoint and model in the process. `extra` is merged into the request body
+    (e.g. ``max_tokens``, ``seed``) and is part of the identity.
     """
 
     kind = "openai"
@@ -199,6 +207,8 @@ class OpenAIProvider:
         concurrency: int = 4,
         temperature: float = 0.0,
         extra: dict[str, Any] | None = None,
+        rate_limit: Mapping[str, float | None] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         if not model:
             raise ConfigError("openai provider: `model` is required", key="model")
@@ -217,7 +227,13 @@ class OpenAIProvider:
         self.concurrency = int(concurrency)
         self.temperature = float(temperature)
         self.extra = dict(extra or {})
-        self._slots = threading.Semaphore(self.concurrency)
+        self._slots = AdaptiveConcurrency(self.concurrency)
+        self.rng = rng if rng is not None else random.Random()
+        self._limiter: RateLimiter | None = None
+        if rate_limit:
+            rps, tpm = rate_limit.get("requests_per_second"), rate_limit.get("tokens_per_minute")
+            key = (_redact_url(self.base_url), self.model, self.api_key_env or "")
+            self._limiter = shared_limiter(key, rps, tpm)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
         self._ssl: ssl.SSLContext | None = None
@@ -274,8 +290,7 @@ class OpenAIProvider:
         return key
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        wait = retry_after if retry_after is not None else self.backoff_s * (2**attempt)
-        return min(wait, self.max_backoff_s)
+        return backoff_delay(attempt, self.backoff_s, self.max_backoff_s, self.rng, retry_after)
 
     def complete(self, messages: Messages) -> str:
         """POST the messages to `{base_url}/chat/completions`; return choices[0].message.content."""
@@ -289,11 +304,16 @@ class OpenAIProvider:
         body.update(self.extra)
         url = f"{self.base_url}/chat/completions"
         last = "no attempt made"
-        for attempt in range(self.retries + 1):
+        attempt, waits = 0, 0
+        served = self._slots.served  # successes of this endpoint when this call began, or at its last 429
+        while attempt <= self.retries:
             retry_after: float | None = None
             try:
-                with self._slots:
+                with self._slots.slot() as outcome:
+                    if self._limiter is not None:
+                        self._limiter.wait()
                     status, reply_headers, data = self._post(url, body, headers)
+                    outcome(True if status == 200 else False if status == 429 else None)
             except (httpx.TimeoutException, _DeadlinePassed):
                 last = f"timed out after {self.timeout_s:g}s"
             except httpx.TransportError as exc:
@@ -308,6 +328,12 @@ class OpenAIProvider:
                 if status not in _RETRY_STATUSES:
                     raise ProviderError(f"{self.model} at {_redact_url(url)}: {last}")
                 retry_after = _retry_after(reply_headers.get("Retry-After"))
+                if status == 429:
+                    busy, served = self._slots.served > served, self._slots.served
+                    if busy and waits < MAX_THROTTLED_WAITS:
+                        waits += 1  # the endpoint served others since: a wait in line, not a failed attempt
+                        self._sleep(self._delay(attempt, retry_after))
+                        continue
             if attempt < self.retries:
                 wait = self._delay(attempt, retry_after)
                 log.debug(
@@ -318,6 +344,7 @@ class OpenAIProvider:
                     wait,
                 )
                 self._sleep(wait)
+            attempt += 1
         raise ProviderError(f"{self.model} at {_redact_url(url)}: {last} (after {self.retries + 1} attempts)")
 
     def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
@@ -358,7 +385,12 @@ class OpenAIProvider:
             raise ProviderError("reply has no choices[0].message.content") from None
         if not isinstance(content, str):
             raise ProviderError("reply content is not a string")
-        _report_reply_usage(self.model, reply.get("usage") if isinstance(reply, Mapping) else None)
+        usage = reply.get("usage") if isinstance(reply, Mapping) else None
+        _report_reply_usage(self.model, usage)
+        if self._limiter is not None and isinstance(usage, Mapping):
+            total = usage.get("total_tokens")
+            if isinstance(total, int) and not isinstance(total, bool):
+                self._limiter.spend(total)
         return content
 
 
@@ -542,7 +574,8 @@ def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
             key="model",
         )
     kwargs: dict[str, Any] = {}
-    for name in ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra"):
+    names = ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra", "rate_limit")
+    for name in names:
         if settings.get(name) is not None:
             kwargs[name] = settings[name]
     base_url = settings.get("base_url")
@@ -558,6 +591,11 @@ def _build_python(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
     spec = settings.get("object")
     if not spec:
         raise ConfigError("provider python: `object: module:function` is required", key="object")
+    if settings.get("rate_limit"):
+        raise ConfigError(
+            "rate_limit paces the requests of provider: openai; a python provider's function paces its own calls",
+            key="rate_limit",
+        )
     obj = load_object(str(spec), base_dir)
     if callable(getattr(obj, "complete", None)) and callable(getattr(obj, "identity", None)):
         provider: Provider = obj  # already a Provider (e.g. an instance defined in the user's module)
