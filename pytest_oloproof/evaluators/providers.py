@@ -23,10 +23,10 @@ import json
 import logging
 import os
 import random
-import socket
 import sys
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -57,6 +57,17 @@ MAX_REPLY_BYTES = 4 * 1024 * 1024
 MAX_THROTTLED_WAITS = 20
 #: Of an error reply (not 200), only this much is read: enough for the message quoted in the reason.
 _ERROR_BODY_BYTES = 64 * 1024
+
+
+#: providers whose pooled client is open (closed together at the session's end)
+_OPEN: weakref.WeakSet[OpenAIProvider] = weakref.WeakSet()
+
+
+def close_clients() -> None:
+    """Close the pooled HTTP client of every provider of this process (the session calls it at its end)."""
+    for provider in list(_OPEN):
+        provider.close()
+    _OPEN.clear()
 
 
 class ProviderError(OloproofError):
@@ -236,6 +247,7 @@ class OpenAIProvider:
             self._limiter = shared_limiter(key, rps, tpm)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
+        self._closer: Callable[[], Any] = lambda: None
         self._ssl: ssl.SSLContext | None = None
         self._sleep: Callable[[float], None] = time.sleep  # replaceable in tests
 
@@ -256,16 +268,27 @@ class OpenAIProvider:
         }
 
     def close(self) -> None:
-        """Close the pooled HTTP client (optional; it is recreated on demand)."""
+        """Close the pooled HTTP client and its connections (a later request opens a new one)."""
         with self._client_lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            client, self._client = self._client, None
+        if client is not None:
+            self._closer()  # closes the client (once: a finalizer, so a provider dropped unclosed closes it too)
 
-    def _new_client(self) -> httpx.Client:
-        import httpx
+    def _http(self) -> httpx.Client:
+        """The provider's one HTTP client, created on first use and shared by every thread: its connections
+        stay open between requests (no TCP and TLS handshake per judge call); closed at the session's end."""
+        client = self._client
+        if client is None:
+            ctx = self._ssl_context()
+            with self._client_lock:
+                if self._client is None:
+                    from .http_pool import new_client
 
-        return httpx.Client(timeout=httpx.Timeout(self.timeout_s), verify=self._ssl_context())
+                    self._client = new_client(self.base_url, ctx, self.timeout_s, self.concurrency)
+                    self._closer = weakref.finalize(self, self._client.close)
+                    _OPEN.add(self)
+                client = self._client
+        return client
 
     def _ssl_context(self) -> ssl.SSLContext:
         """One TLS context for every request of this provider: building one (loading the CA bundle) is
@@ -314,7 +337,7 @@ class OpenAIProvider:
                         self._limiter.wait()
                     status, reply_headers, data = self._post(url, body, headers)
                     outcome(True if status == 200 else False if status == 429 else None)
-            except (httpx.TimeoutException, _DeadlinePassed):
+            except httpx.TimeoutException:
                 last = f"timed out after {self.timeout_s:g}s"
             except httpx.TransportError as exc:
                 last = f"connection error ({type(exc).__name__})"
@@ -350,28 +373,21 @@ class OpenAIProvider:
     def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
         """One attempt under one deadline of `timeout_s`: connecting, sending and every byte of the reply.
 
-        httpx's timeouts bound each operation (a reply dripped one byte at a time never trips them), so a
-        watchdog shuts the connection's socket down when the deadline passes: the read in progress ends
-        at once. A client per attempt: nothing stays open between calls or after a timeout.
+        httpx's timeouts bound each operation alone (a reply dripped one byte at a time never trips them);
+        the pooled client's network layer bounds every operation by what is left of this deadline instead.
         """
-        import httpx
+        from .http_pool import deadline
 
-        watchdog = _Watchdog(self.timeout_s)
-        try:
-            with self._new_client() as client, watchdog:
-                request = client.build_request("POST", url, json=body, headers=headers)
-                request.extensions["trace"] = watchdog.trace
-                response = client.send(request, stream=True)
-                try:
-                    limit = MAX_REPLY_BYTES if response.status_code == 200 else _ERROR_BODY_BYTES
-                    data = _read_body(response, limit, whole=response.status_code == 200)
-                finally:
-                    response.close()
-                return response.status_code, response.headers, data
-        except httpx.TransportError:
-            if watchdog.expired:
-                raise _DeadlinePassed from None
-            raise
+        client = self._http()
+        with deadline(self.timeout_s):
+            request = client.build_request("POST", url, json=body, headers=headers)
+            response = client.send(request, stream=True)
+            try:
+                limit = MAX_REPLY_BYTES if response.status_code == 200 else _ERROR_BODY_BYTES
+                data = _read_body(response, limit, whole=response.status_code == 200)
+            finally:
+                response.close()
+            return response.status_code, response.headers, data
 
     def _content(self, data: bytes, key: str | None) -> str:
         try:
@@ -394,60 +410,8 @@ class OpenAIProvider:
         return content
 
 
-class _DeadlinePassed(Exception):
-    """The attempt's deadline passed while it was connecting, sending or reading."""
-
-
 class _Refused(Exception):
     """A reply Oloproof will not read: larger than MAX_REPLY_BYTES, or in an encoding it does not decode."""
-
-
-class _Watchdog:
-    """Shuts an attempt's socket down when its deadline passes (a timer thread; cancelled when the attempt ends).
-
-    The socket comes from httpx's public `trace` extension (the network stream of `connect_tcp` and,
-    for https, of `start_tls`). Shutting it down, unlike closing it, is safe from another thread: the
-    read or write in progress returns at once and httpx raises a transport error.
-    """
-
-    def __init__(self, timeout_s: float) -> None:
-        self.expired = False
-        self._lock = threading.Lock()
-        self._socket: socket.socket | None = None
-        self._done = False
-        self._timer = threading.Timer(timeout_s, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._done = True
-        self._timer.cancel()
-
-    def trace(self, event: str, info: Mapping[str, Any]) -> None:
-        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            stream = info.get("return_value")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            with self._lock:
-                self._socket = sock
-                if self.expired:  # the deadline passed while connecting
-                    self._shutdown()
-
-    def _expire(self) -> None:
-        with self._lock:
-            if not self._done:
-                self.expired = True
-                self._shutdown()
-
-    def _shutdown(self) -> None:
-        if self._socket is not None:
-            try:
-                socket.socket.shutdown(self._socket, socket.SHUT_RDWR)  # an SSLSocket's too: only the TCP side
-            except OSError:
-                pass  # already closed
 
 
 def _read_body(response: httpx.Response, limit: int, whole: bool = True) -> bytes:
