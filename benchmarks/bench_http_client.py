@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/judge_server.py: the scripted server
 
-from pytest_oloproof.evaluators.providers import OpenAIProvider  # noqa: E402
-from tests.judge_server import Reply, ScriptedServer, self_signed_cert  # noqa: E402
+from pytest_oloproof.evaluators.providers import OpenAIProvider
+from tests.judge_server import Reply, ScriptedServer, self_signed_cert
 
 HI = [{"role": "user", "content": "hi"}]
 

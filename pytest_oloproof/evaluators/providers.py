@@ -200,8 +200,10 @@ class OpenAIProvider:
     `max_backoff_s` (`rng` draws the jitter: pass a seeded `random.Random` to repeat it). At most
     `concurrency` requests of this instance are in flight at once, fewer after a 429 (halved, then
     climbing back one per round trip). `rate_limit` ({requests_per_second, tokens_per_minute}) paces
-    every request to this endpoint and model in the process. `extra` is merged into the request body
-    (e.g. ``max_tokens``, ``seed``) and is part of the identity.
+    every request to this endpoint and model in the process. Requests go through one HTTP client per
+    provider, made on first use and shared by threads (kept-alive connections, at most `concurrency`),
+    closed by `close()` (the session closes every provider's at its end). `extra` is merged into the
+    request body (e.g. ``max_tokens``, ``seed``) and is part of the identity.
     """
 
     kind = "openai"
