@@ -166,7 +166,7 @@ def test_the_limit_halves_once_per_round_on_429_and_climbs_one_per_round_of_succ
 
 def test_a_cut_stops_at_what_the_endpoint_sustained() -> None:
     now = [0.0]
-    limiter = AdaptiveConcurrency(10, clock=lambda: now[0])
+    limiter = AdaptiveConcurrency(6, clock=lambda: now[0])
     for _ in range(5):  # five rounds of five requests at once, 200 ms each: the endpoint held 5 at a time
         held = [limiter.slot() for _ in range(5)]
         reports = [h.__enter__() for h in held]
@@ -174,9 +174,10 @@ def test_a_cut_stops_at_what_the_endpoint_sustained() -> None:
         for report, h in zip(reports, held, strict=True):
             report(True)
             h.__exit__(None, None, None)
+    assert limiter.limit == 6.0
     with limiter.slot() as report:
         report(False)
-    assert limiter.limit == pytest.approx(5.0)  # its pace (25 x 0.2 s in 1 s), not below it
+    assert limiter.limit == pytest.approx(5.0)  # its pace (25 x 0.2 s in 1 s), not half of 6
 
 
 def test_slots_block_at_the_limit_and_free_on_release() -> None:
