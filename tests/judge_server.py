@@ -24,12 +24,15 @@ server's thread even read the request it gave up on).
 from __future__ import annotations
 
 import json
+import ssl
+import subprocess
 import threading
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, Self
 
 
@@ -100,6 +103,7 @@ class ScriptedServer:
         replies: list[Reply] | None = None,
         responder: Callable[[Recorded], Reply] | None = None,
         hold_until_in_flight: int = 0,
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.replies = list(replies or [])
         self.responder = responder
@@ -111,7 +115,19 @@ class ScriptedServer:
         self._changed = threading.Condition(self._lock)  # a request was read, or the server stops
         self._stop = threading.Event()
         self._served = 0
+        self.connections = 0  # TCP connections accepted (and, over TLS, past the handshake)
+        self.open_connections = 0  # of them, not yet closed
+        self.refused_handshakes = 0  # TLS handshakes that failed (a client that did not trust the certificate)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._httpd.handle_error = lambda request, address: None  # type: ignore[method-assign]  # a refused handshake
+        self.scheme = "http"
+        if tls is not None:  # `tls=(certfile, keyfile)`: serve https (see `self_signed_cert`)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._httpd.socket = context.wrap_socket(
+                self._httpd.socket, server_side=True, do_handshake_on_connect=False
+            )  # the handshake runs in the connection's own thread (`setup`), never in the accepting one
+            self.scheme = "https"
         self._httpd.daemon_threads = True
         self._httpd.block_on_close = False  # do not wait for slow handlers on close
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
@@ -119,7 +135,7 @@ class ScriptedServer:
     @property
     def base_url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"{self.scheme}://{host}:{port}/v1"
 
     def __enter__(self) -> Self:
         self._thread.start()
@@ -163,6 +179,28 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                if isinstance(self.request, ssl.SSLSocket):
+                    try:
+                        self.request.do_handshake()
+                    except (ssl.SSLError, OSError):
+                        with server._lock:
+                            server.refused_handshakes += 1
+                        raise
+                with server._lock:
+                    server.connections += 1
+                    server.open_connections += 1
+                self._counted = True
+                super().setup()
+
+            def finish(self) -> None:
+                try:
+                    super().finish()
+                finally:
+                    if getattr(self, "_counted", False):
+                        with server._lock:
+                            server.open_connections -= 1
 
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -220,6 +258,17 @@ class ScriptedServer:
                 """Stay quiet."""
 
         return Handler
+
+
+def self_signed_cert(directory: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
+    """A throw-away certificate and key for `host` (an IP address), made with `openssl` (cert, key)."""
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "2", "-subj", f"/CN={host}", "-addext", f"subjectAltName=IP:{host}"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
 
 
 def openai_usage(prompt: int, completion: int, cached: int | None = None) -> dict[str, Any]:

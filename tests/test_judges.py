@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import re
 import threading
 from pathlib import Path
@@ -58,8 +59,22 @@ def case(output: Any = None, context: Any = CONTEXT) -> EvalInput:
     )
 
 
+class Top(random.Random):
+    """A jitter source that always draws the top of the range: the backoff's ceiling, exactly."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+class Bottom(random.Random):
+    """A jitter source that always draws 0: only the server's Retry-After is waited."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
 def http_judge(server: ScriptedServer, cls: type = GroundednessJudge, **kw: Any) -> Any:
-    """A judge against the scripted server, with backoff sleeps recorded, not slept."""
+    """A judge against the scripted server, with backoff sleeps recorded, not slept (jitter at its ceiling)."""
     settings: dict[str, Any] = {
         "provider": "openai",
         "model": "judge-model",
@@ -72,6 +87,7 @@ def http_judge(server: ScriptedServer, cls: type = GroundednessJudge, **kw: Any)
     judge = cls(**settings)
     judge.sleeps = []
     judge.provider._sleep = judge.sleeps.append
+    judge.provider.rng = Top()
     return judge
 
 
@@ -114,13 +130,13 @@ def test_429_then_success_honours_retry_after() -> None:
         value = judge.evaluate(case())
     assert value.status == "observed" and value.value == 1.0
     assert len(server.requests) == 2
-    assert judge.sleeps == [3.0]
+    assert judge.sleeps == [3.5]  # Retry-After 3 s is the floor; the jitter (at most 0.5 s here) comes on top
 
 
 def test_retry_after_is_capped_and_backoff_is_exponential() -> None:
     script = [Reply(503, {"Retry-After": "999"}), Reply(502), Reply(500), Reply.chat("x")]
     with ScriptedServer(script) as server:
-        provider = OpenAIProvider(server.base_url, "m", retries=3, backoff_s=0.25, max_backoff_s=20.0)
+        provider = OpenAIProvider(server.base_url, "m", retries=3, backoff_s=0.25, max_backoff_s=20.0, rng=Top())
         sleeps: list[float] = []
         provider._sleep = sleeps.append
         assert provider.complete([{"role": "user", "content": "hi"}]) == "x"
@@ -133,7 +149,7 @@ def test_real_retry_after_wait_on_the_wire() -> None:
     What it asked to sleep is recorded (the sleep itself is real); the wait is seen on the wire as the gap
     between the two requests the server read, a lower bound that a slow machine can only lengthen."""
     with ScriptedServer([Reply(429, {"Retry-After": "0.3"}), Reply.chat("ok")]) as server:
-        provider = OpenAIProvider(server.base_url, "m", retries=1, backoff_s=5.0)
+        provider = OpenAIProvider(server.base_url, "m", retries=1, backoff_s=5.0, rng=Bottom())
         slept: list[float] = []
 
         def sleep(seconds: float, real: Any = provider._sleep) -> None:

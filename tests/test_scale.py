@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 import uuid
@@ -88,12 +89,20 @@ def make_engine(obj: Any, tmp_path: Path, **kw: Any) -> tuple[Engine, Caches, li
 
 def test_transient_error_that_succeeds_on_retry_is_observed(tmp_path: Path) -> None:
     system = ScriptedSystem({"question 1": [Transient("rate limited"), Flaky("503")]})
-    engine, caches, sleeps = make_engine(system, tmp_path, retries=3, backoff_s=0.5)
+    draws: list[tuple[float, float]] = []
+
+    class Recording(random.Random):
+        def uniform(self, a: float, b: float) -> float:
+            draws.append((a, b))
+            return b / 2
+
+    engine, caches, sleeps = make_engine(system, tmp_path, retries=3, backoff_s=0.5, rng=Recording())
     rec = engine.execute(make_case(1))
     assert rec["error"] is None
     assert rec["output"] == {"answer": "answer to question 1"}
     assert rec["attempts"] == 3
-    assert sleeps == [0.5, 1.0]  # exponential backoff between attempts
+    assert draws == [(0.0, 0.5), (0.0, 1.0)]  # full jitter over an exponential ceiling
+    assert sleeps == [0.25, 0.5]  # what the jitter source drew
     caches.close()
 
 

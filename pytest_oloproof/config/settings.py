@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.records import redaction
@@ -83,6 +83,22 @@ class SystemSettings(Strict):
     object: str | None = Field(default=None, description="module:attribute of a plain callable input -> output")
 
 
+class RateLimit(Strict):
+    """A judge's client-side rate limit (`rate_limit:`), shared by every request to its endpoint and model."""
+
+    requests_per_second: Float | None = Field(default=None, gt=0, description="requests sent per second, evenly")
+    tokens_per_minute: Float | None = Field(default=None, gt=0, description="tokens (replies' usage) per minute")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> RateLimit:
+        if self.requests_per_second is None and self.tokens_per_minute is None:
+            raise ValueError(
+                "give requests_per_second, tokens_per_minute or both "
+                "(e.g. rate_limit: {requests_per_second: 20, tokens_per_minute: 90000}), or leave rate_limit out"
+            )
+        return self
+
+
 class EvaluatorSettings(BaseModel):
     """One evaluator entry; type-specific keys are checked against the type's own signature."""
 
@@ -91,9 +107,13 @@ class EvaluatorSettings(BaseModel):
     type: str
     criterion: str | None = None
     assert_: bool | None = Field(default=None, alias="assert")
+    rate_limit: RateLimit | None = None
 
     def options(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        out = dict(self.model_extra or {})
+        if self.rate_limit is not None:
+            out["rate_limit"] = self.rate_limit.model_dump()
+        return out
 
 
 class ModelPrice(Strict):

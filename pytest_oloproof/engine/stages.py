@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import copy
 import inspect
+import random
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from pytest_oloproof.cache.caches import Caches
 from pytest_oloproof.cache.execution_entry import EXECUTION_ENTRY, VERDICTS, cacheable
 from pytest_oloproof.errors import ContractError
 from pytest_oloproof.evaluate.repeats import REPEATS
+from pytest_oloproof.evaluators.pacing import backoff_delay
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.identity import StageKeys, canonical_json
 from pytest_oloproof.records.stored import is_candidates, is_execution_entry
@@ -95,6 +97,8 @@ class Engine:
     repeats: int = 1  # `repeats: N`: each normal case's generation runs N times
     repeat_retrieval: bool = False  # retrieve again in every repeat (default: repeat 0's retrieval is shared)
     _sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
+    #: draws the backoff's full jitter (a seeded `random.Random` repeats it)
+    rng: random.Random = field(default_factory=random.Random, repr=False)
     #: set by the session that records this engine's normal cases (see CompletionLedger)
     ledger: CompletionLedger | None = field(default=None, repr=False)
     _stage_keys: tuple[dict[str, Any], StageKeys] | None = field(default=None, init=False, repr=False)
@@ -417,7 +421,8 @@ class Engine:
     async def _attempts(
         self, case: Case, plan: ExecutionPlan, *, inline: bool, offload: Offload = asyncio.to_thread
     ) -> dict[str, Any]:
-        """Attempts until one succeeds or fails for good: a transient error is retried `retries` times, with backoff.
+        """Attempts until one succeeds or fails for good: a transient error is retried `retries` times, with backoff
+        (uniform(0, backoff_s * 2**n), at most 5 s).
 
         `inline`: nothing here suspends (the backoff sleeps the thread), so `run_inline` runs it to its end.
         """
@@ -435,7 +440,7 @@ class Engine:
                 if err and err.get("transient") and attempt > 1:
                     err["message"] = f"{err['message']} (gave up after {attempt} attempts)"
                 return rec
-            pause = float(min(self.backoff_s * (2 ** (attempt - 1)), 5.0))
+            pause = backoff_delay(attempt - 1, self.backoff_s, 5.0, self.rng)  # full jitter: no retries in lock-step
             if inline:
                 self._sleep(pause)
             else:

@@ -223,6 +223,7 @@ class _LLMJudge(Evaluator):
         retries: int = 3,
         concurrency: int = 4,
         temperature: float = 0.0,
+        rate_limit: Mapping[str, float | None] | None = None,
         prompt: str | None = None,
         field: str = "answer",
         base_dir: Path | None = None,
@@ -240,6 +241,7 @@ class _LLMJudge(Evaluator):
                     "retries": retries,
                     "concurrency": concurrency,
                     "temperature": temperature,
+                    "rate_limit": rate_limit,
                 },
                 base_dir,
             )

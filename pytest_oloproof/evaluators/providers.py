@@ -22,10 +22,11 @@ import importlib
 import json
 import logging
 import os
-import socket
+import random
 import sys
 import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -34,6 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pytest_oloproof.errors import ConfigError, OloproofError
 from pytest_oloproof.records import redaction
+
+from .pacing import AdaptiveConcurrency, RateLimiter, backoff_delay, shared_limiter
 
 if TYPE_CHECKING:
     import ssl
@@ -49,8 +52,22 @@ _RETRY_STATUSES = frozenset({408, 409, 425, 429}) | frozenset(range(500, 600))
 #: The most bytes a judge's reply may take, on the wire and again once decompressed (a chat completion
 #: is a few KiB): a larger reply is refused, not read, so a gzip bomb never fills memory.
 MAX_REPLY_BYTES = 4 * 1024 * 1024
+#: The most 429s one call waits out while the endpoint serves other requests (beyond them, each 429 counts
+#: as a failed attempt): a busy endpoint delays a verdict, it does not lose it.
+MAX_THROTTLED_WAITS = 20
 #: Of an error reply (not 200), only this much is read: enough for the message quoted in the reason.
 _ERROR_BODY_BYTES = 64 * 1024
+
+
+#: providers whose pooled client is open (closed together at the session's end)
+_OPEN: weakref.WeakSet[OpenAIProvider] = weakref.WeakSet()
+
+
+def close_clients() -> None:
+    """Close the pooled HTTP client of every provider of this process (the session calls it at its end)."""
+    for provider in list(_OPEN):
+        provider.close()
+    _OPEN.clear()
 
 
 class ProviderError(OloproofError):
@@ -175,14 +192,18 @@ def check_base_url(base_url: Any) -> None:
 
 
 class OpenAIProvider:
-    """An OpenAI-compatible chat-completions endpoint, with retries and a concurrency limit.
+    """An OpenAI-compatible chat-completions endpoint, with retries, pacing and a concurrency limit.
 
     Retries (up to `retries` extra attempts) on 408/409/425/429, 5xx, timeouts (an
-    attempt past its `timeout_s` deadline) and connection errors, waiting `backoff_s * 2**attempt` or the server's
-    `Retry-After` (seconds), never more than `max_backoff_s`. At most
-    `concurrency` requests of this instance are in flight at once. `extra` is
-    merged into the request body (e.g. ``max_tokens``, ``seed``) and is part of
-    the identity.
+    attempt past its `timeout_s` deadline) and connection errors, waiting a fully jittered
+    uniform(0, `backoff_s * 2**attempt`) on top of the server's `Retry-After` (seconds), never more than
+    `max_backoff_s` (`rng` draws the jitter: pass a seeded `random.Random` to repeat it). At most
+    `concurrency` requests of this instance are in flight at once, fewer after a 429 (halved, then
+    climbing back one per round trip). `rate_limit` ({requests_per_second, tokens_per_minute}) paces
+    every request to this endpoint and model in the process. Requests go through one HTTP client per
+    provider, made on first use and shared by threads (kept-alive connections, at most `concurrency`),
+    closed by `close()` (the session closes every provider's at its end). `extra` is merged into the
+    request body (e.g. ``max_tokens``, ``seed``) and is part of the identity.
     """
 
     kind = "openai"
@@ -199,6 +220,8 @@ class OpenAIProvider:
         concurrency: int = 4,
         temperature: float = 0.0,
         extra: dict[str, Any] | None = None,
+        rate_limit: Mapping[str, float | None] | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         if not model:
             raise ConfigError("openai provider: `model` is required", key="model")
@@ -217,9 +240,16 @@ class OpenAIProvider:
         self.concurrency = int(concurrency)
         self.temperature = float(temperature)
         self.extra = dict(extra or {})
-        self._slots = threading.Semaphore(self.concurrency)
+        self._slots = AdaptiveConcurrency(self.concurrency)
+        self.rng = rng if rng is not None else random.Random()
+        self._limiter: RateLimiter | None = None
+        if rate_limit:
+            rps, tpm = rate_limit.get("requests_per_second"), rate_limit.get("tokens_per_minute")
+            key = (_redact_url(self.base_url), self.model, self.api_key_env or "")
+            self._limiter = shared_limiter(key, rps, tpm)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
+        self._closer: Callable[[], Any] = lambda: None
         self._ssl: ssl.SSLContext | None = None
         self._sleep: Callable[[float], None] = time.sleep  # replaceable in tests
 
@@ -240,16 +270,27 @@ class OpenAIProvider:
         }
 
     def close(self) -> None:
-        """Close the pooled HTTP client (optional; it is recreated on demand)."""
+        """Close the pooled HTTP client and its connections (a later request opens a new one)."""
         with self._client_lock:
-            if self._client is not None:
-                self._client.close()
-                self._client = None
+            client, self._client = self._client, None
+        if client is not None:
+            self._closer()  # closes the client (once: a finalizer, so a provider dropped unclosed closes it too)
 
-    def _new_client(self) -> httpx.Client:
-        import httpx
+    def _http(self) -> httpx.Client:
+        """The provider's one HTTP client, created on first use and shared by every thread: its connections
+        stay open between requests (no TCP and TLS handshake per judge call); closed at the session's end."""
+        client = self._client
+        if client is None:
+            ctx = self._ssl_context()
+            with self._client_lock:
+                if self._client is None:
+                    from .http_pool import new_client
 
-        return httpx.Client(timeout=httpx.Timeout(self.timeout_s), verify=self._ssl_context())
+                    self._client = new_client(self.base_url, ctx, self.timeout_s, self.concurrency)
+                    self._closer = weakref.finalize(self, self._client.close)
+                    _OPEN.add(self)
+                client = self._client
+        return client
 
     def _ssl_context(self) -> ssl.SSLContext:
         """One TLS context for every request of this provider: building one (loading the CA bundle) is
@@ -274,8 +315,7 @@ class OpenAIProvider:
         return key
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
-        wait = retry_after if retry_after is not None else self.backoff_s * (2**attempt)
-        return min(wait, self.max_backoff_s)
+        return backoff_delay(attempt, self.backoff_s, self.max_backoff_s, self.rng, retry_after)
 
     def complete(self, messages: Messages) -> str:
         """POST the messages to `{base_url}/chat/completions`; return choices[0].message.content."""
@@ -289,12 +329,17 @@ class OpenAIProvider:
         body.update(self.extra)
         url = f"{self.base_url}/chat/completions"
         last = "no attempt made"
-        for attempt in range(self.retries + 1):
+        attempt, waits = 0, 0
+        served = self._slots.served  # successes of this endpoint when this call began, or at its last 429
+        while attempt <= self.retries:
             retry_after: float | None = None
             try:
-                with self._slots:
+                with self._slots.slot() as outcome:
+                    if self._limiter is not None:
+                        self._limiter.wait()
                     status, reply_headers, data = self._post(url, body, headers)
-            except (httpx.TimeoutException, _DeadlinePassed):
+                    outcome(True if status == 200 else False if status == 429 else None)
+            except httpx.TimeoutException:
                 last = f"timed out after {self.timeout_s:g}s"
             except httpx.TransportError as exc:
                 last = f"connection error ({type(exc).__name__})"
@@ -308,6 +353,12 @@ class OpenAIProvider:
                 if status not in _RETRY_STATUSES:
                     raise ProviderError(f"{self.model} at {_redact_url(url)}: {last}")
                 retry_after = _retry_after(reply_headers.get("Retry-After"))
+                if status == 429:
+                    busy, served = self._slots.served > served, self._slots.served
+                    if busy and waits < MAX_THROTTLED_WAITS:
+                        waits += 1  # the endpoint served others since: a wait in line, not a failed attempt
+                        self._sleep(self._delay(attempt, retry_after))
+                        continue
             if attempt < self.retries:
                 wait = self._delay(attempt, retry_after)
                 log.debug(
@@ -318,33 +369,27 @@ class OpenAIProvider:
                     wait,
                 )
                 self._sleep(wait)
+            attempt += 1
         raise ProviderError(f"{self.model} at {_redact_url(url)}: {last} (after {self.retries + 1} attempts)")
 
     def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
         """One attempt under one deadline of `timeout_s`: connecting, sending and every byte of the reply.
 
-        httpx's timeouts bound each operation (a reply dripped one byte at a time never trips them), so a
-        watchdog shuts the connection's socket down when the deadline passes: the read in progress ends
-        at once. A client per attempt: nothing stays open between calls or after a timeout.
+        httpx's timeouts bound each operation alone (a reply dripped one byte at a time never trips them);
+        the pooled client's network layer bounds every operation by what is left of this deadline instead.
         """
-        import httpx
+        from .http_pool import deadline
 
-        watchdog = _Watchdog(self.timeout_s)
-        try:
-            with self._new_client() as client, watchdog:
-                request = client.build_request("POST", url, json=body, headers=headers)
-                request.extensions["trace"] = watchdog.trace
-                response = client.send(request, stream=True)
-                try:
-                    limit = MAX_REPLY_BYTES if response.status_code == 200 else _ERROR_BODY_BYTES
-                    data = _read_body(response, limit, whole=response.status_code == 200)
-                finally:
-                    response.close()
-                return response.status_code, response.headers, data
-        except httpx.TransportError:
-            if watchdog.expired:
-                raise _DeadlinePassed from None
-            raise
+        client = self._http()
+        with deadline(self.timeout_s):
+            request = client.build_request("POST", url, json=body, headers=headers)
+            response = client.send(request, stream=True)
+            try:
+                limit = MAX_REPLY_BYTES if response.status_code == 200 else _ERROR_BODY_BYTES
+                data = _read_body(response, limit, whole=response.status_code == 200)
+            finally:
+                response.close()
+            return response.status_code, response.headers, data
 
     def _content(self, data: bytes, key: str | None) -> str:
         try:
@@ -358,64 +403,17 @@ class OpenAIProvider:
             raise ProviderError("reply has no choices[0].message.content") from None
         if not isinstance(content, str):
             raise ProviderError("reply content is not a string")
-        _report_reply_usage(self.model, reply.get("usage") if isinstance(reply, Mapping) else None)
+        usage = reply.get("usage") if isinstance(reply, Mapping) else None
+        _report_reply_usage(self.model, usage)
+        if self._limiter is not None and isinstance(usage, Mapping):
+            total = usage.get("total_tokens")
+            if isinstance(total, int) and not isinstance(total, bool):
+                self._limiter.spend(total)
         return content
-
-
-class _DeadlinePassed(Exception):
-    """The attempt's deadline passed while it was connecting, sending or reading."""
 
 
 class _Refused(Exception):
     """A reply Oloproof will not read: larger than MAX_REPLY_BYTES, or in an encoding it does not decode."""
-
-
-class _Watchdog:
-    """Shuts an attempt's socket down when its deadline passes (a timer thread; cancelled when the attempt ends).
-
-    The socket comes from httpx's public `trace` extension (the network stream of `connect_tcp` and,
-    for https, of `start_tls`). Shutting it down, unlike closing it, is safe from another thread: the
-    read or write in progress returns at once and httpx raises a transport error.
-    """
-
-    def __init__(self, timeout_s: float) -> None:
-        self.expired = False
-        self._lock = threading.Lock()
-        self._socket: socket.socket | None = None
-        self._done = False
-        self._timer = threading.Timer(timeout_s, self._expire)
-        self._timer.daemon = True
-
-    def __enter__(self) -> _Watchdog:
-        self._timer.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._done = True
-        self._timer.cancel()
-
-    def trace(self, event: str, info: Mapping[str, Any]) -> None:
-        if event in ("connection.connect_tcp.complete", "connection.start_tls.complete"):
-            stream = info.get("return_value")
-            sock = stream.get_extra_info("socket") if stream is not None else None
-            with self._lock:
-                self._socket = sock
-                if self.expired:  # the deadline passed while connecting
-                    self._shutdown()
-
-    def _expire(self) -> None:
-        with self._lock:
-            if not self._done:
-                self.expired = True
-                self._shutdown()
-
-    def _shutdown(self) -> None:
-        if self._socket is not None:
-            try:
-                socket.socket.shutdown(self._socket, socket.SHUT_RDWR)  # an SSLSocket's too: only the TCP side
-            except OSError:
-                pass  # already closed
 
 
 def _read_body(response: httpx.Response, limit: int, whole: bool = True) -> bytes:
@@ -542,7 +540,8 @@ def _build_openai(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
             key="model",
         )
     kwargs: dict[str, Any] = {}
-    for name in ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra"):
+    names = ("timeout_s", "retries", "backoff_s", "max_backoff_s", "concurrency", "temperature", "extra", "rate_limit")
+    for name in names:
         if settings.get(name) is not None:
             kwargs[name] = settings[name]
     base_url = settings.get("base_url")
@@ -558,6 +557,11 @@ def _build_python(settings: Mapping[str, Any], base_dir: Path | None) -> Provide
     spec = settings.get("object")
     if not spec:
         raise ConfigError("provider python: `object: module:function` is required", key="object")
+    if settings.get("rate_limit"):
+        raise ConfigError(
+            "rate_limit paces the requests of provider: openai; a python provider's function paces its own calls",
+            key="rate_limit",
+        )
     obj = load_object(str(spec), base_dir)
     if callable(getattr(obj, "complete", None)) and callable(getattr(obj, "identity", None)):
         provider: Provider = obj  # already a Provider (e.g. an instance defined in the user's module)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from pytest_oloproof.cache.caches import CacheMode
 from pytest_oloproof.errors import ExitCode, OloproofError, WriteError
+from pytest_oloproof.evaluators.providers import close_clients
 from pytest_oloproof.records import redaction
 from pytest_oloproof.records.redaction import redact
 from pytest_oloproof.records.shapes import RunRecord
@@ -864,9 +865,11 @@ class RunSession:
             self._gc_frozen = False
 
     def close(self) -> None:
-        """Release the signal handler, the store's writer, the caches and the budget's ledger."""
+        """Release the signal handler, the judges' HTTP connections, the store's writer, the caches and the
+        budget's ledger."""
         if self._sigterm_installed:
             restore_sigterm()
+        close_clients()
         if self.recorder is not None:
             self.recorder.close()
         if self.setup is not None:
