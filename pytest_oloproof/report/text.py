@@ -22,6 +22,7 @@ from .fmt import (
     fmt_int,
     fmt_interval,
     fmt_margin,
+    pct,
     printed_interval,
     signed_cost,
 )
@@ -684,3 +685,53 @@ def confusion_lines(confusion: Mapping[str, Any] | None) -> list[str]:
         for r in rows
     ]
     return ["Confusion (human label × judge verdict, judged examples only):", *body]
+
+
+# ------------------------------------------------------------------ a new project
+
+
+def capacity_line(c: Mapping[str, Any], confidence: float) -> str:
+    """What one decision of a release policy can decide at the suite's size (`oloproof init`)."""
+    head = f"  {c['name']} ({c['criterion']} {c['test']}"
+    if c["test"] == "max-failures":
+        return f"{head} {c['max_failures']}): counts failed cases, so any suite size can decide it"
+    threshold = pct(c["threshold"])
+    head += f" {threshold}):"
+    allowed = c["failures_allowed"]
+    if allowed is not None:
+        if allowed == 0:
+            return f"{head} PASS only if all {c['cases']} cases pass"
+        return f"{head} PASS with at most {allowed} of the {c['cases']} cases failing"
+    needed = c.get("cases_needed")
+    size = f"about {needed:,} cases" if needed is not None else "more cases than any suite holds"
+    return (
+        f"{head} cannot PASS at {c['cases']} cases even if every case passes (the {confidence:.0%} interval "
+        f"is too wide); it takes {size} all passing"
+    )
+
+
+def init_lines(
+    directory: str,
+    written: Sequence[str],
+    capacity: Sequence[Mapping[str, Any]],
+    cases: int,
+    confidence: float,
+    in_place: bool,
+) -> list[str]:
+    """`oloproof init`: the files written, what to do next, and what the suite can decide at its size."""
+    lines = [f"Wrote a runnable Oloproof project in {directory}:"]
+    lines += [f"  {name}" for name in written]
+    lines.append("Next:")
+    step = 1
+    if not in_place:
+        lines.append(f"  {step}. cd {directory}")
+        step += 1
+    lines += [
+        f"  {step}. oloproof run                                   evaluate the {cases} cases (exit 1 if any fails)",
+        f"  {step + 1}. oloproof inspect latest --failures             one line per failed case",
+        f"  {step + 2}. oloproof run --oloproof-policy release.yaml    gate a release (exit 3 on BLOCK)",
+        f"  {step + 3}. edit app.py (your retriever and generator) and cases.jsonl (your questions and labels)",
+        f"What {cases} cases can decide (release.yaml, {confidence:.0%} intervals):",
+    ]
+    lines += [capacity_line(c, confidence) for c in capacity]
+    return lines
