@@ -32,6 +32,7 @@ from .text import (
     intervention_title,
     miss_lines,
     usage_lines,
+    wiring_texts,
 )
 from .views import CaseView, DiagnosisView, RunView, criterion_failures
 
@@ -492,6 +493,7 @@ def run_view(
             for name, m in metrics.items()
         ],
         "accounting_lines": accounting_lines(metrics),
+        "wiring": wiring_texts(view.wiring),
         "metrics_plot": metrics_plot(metrics, confidence),
         "funnel": funnel(record, diagnosis[1].get("criterion") if diagnosis else None),
         "slices": slice_plots(view.slices, view.min_slice_support),

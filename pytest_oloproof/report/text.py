@@ -186,6 +186,7 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
         )
     if view.note:
         lines.append(f"Note: {view.note}")
+    lines += [f"Check wiring: {w}" for w in wiring_texts(view.wiring)]
     where = f" in {store_root}" if store_root else ""
     lines.append(f"Run {view.run_id} ({view.status}, {view.case_count} cases) stored{where}")
     return lines
@@ -735,3 +736,45 @@ def init_lines(
     ]
     lines += [capacity_line(c, confidence) for c in capacity]
     return lines
+
+
+# ------------------------------------------------------------------ wiring checks
+
+LANGCHAIN_K = "def _get_relevant_documents(self, query, *, run_manager, k=None)"
+
+
+def wiring_text(w: Mapping[str, Any]) -> str:
+    """One wiring check's finding: what was seen in every case, and what to check."""
+    check, n = w.get("check"), w.get("cases")
+    every = f"every case ({n})" if n != 1 else "the one case"
+    if check == "short_retrieval":
+        return (
+            f"the retriever returned fewer than depth {w['depth']} candidates in {every} (at most "
+            f"{w['most_returned']}): does it accept the depth Oloproof asks for? A LangChain retriever must take k: "
+            f"`{LANGCHAIN_K}`; otherwise lower depth or add documents"
+        )
+    if check == "no_label_match":
+        return (
+            f"no retrieved {w['unit']} of any labelled case ({n}) matches a relevance label "
+            f"(retrieved e.g. {w['retrieved_example']!r}, labels name e.g. {w['label_example']!r}): do the "
+            "retriever's ids match the ids in cases.jsonl? (a vector store makes random ids unless documents are "
+            "added with ids, or pass doc_id_key=)"
+        )
+    if check == "vacuous_citations":
+        return (
+            f"{w['criterion']} was observed on outputs citing nothing in {every} (output field {w['field']!r} "
+            "empty), so it checked nothing: does generate() return citations? Set `require_citations: true` on "
+            "the citation_validity evaluator to fail an answer that cites nothing"
+        )
+    if check == "identical_scores":
+        same = f" ({w['score']:g})" if isinstance(w.get("score"), (int, float)) else ""
+        return (
+            f"every candidate of {every} has the same score{same}: is the embedding a mock (MockEmbedding scores "
+            "every node alike)? The ranking then carries no information"
+        )
+    return f"{check}: {dict(w)}"
+
+
+def wiring_texts(wiring: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The wiring findings of a run, one text each (the same words in the terminal, JSON readers and HTML)."""
+    return [wiring_text(w) for w in wiring]

@@ -132,6 +132,8 @@ class RunView:
     internal_errors: int
     note: str | None
     record: Mapping[str, Any] = field(repr=False)
+    #: wiring checks whose sign held in every case (evaluate/wiring.py)
+    wiring: Sequence[Mapping[str, Any]] = ()
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> RunView:
@@ -155,6 +157,7 @@ class RunView:
             internal_errors=internal,
             note=record.get("note"),
             record=record,
+            wiring=record.get("wiring") or [],
         )
 
     @property
