@@ -7,6 +7,7 @@ prints back from the store: one function per document, so the three never differ
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from .fmt import (
     signed_cost,
 )
 from .views import (
+    CaseDetail,
     CaseView,
     ComparisonView,
     DecisionView,
@@ -34,6 +36,7 @@ from .views import (
     GateView,
     JudgeValidationView,
     PlanView,
+    RunRow,
     RunView,
     UsageView,
 )
@@ -372,6 +375,16 @@ def _label_lines(counts: Mapping[str, int], of: int) -> list[str]:
     return [f"{label}: {counts[label]} of {of}, {LABELS[label][2]}" for label in LABELS if counts.get(label)]
 
 
+def _case_list_lines(view: DiagnosisView) -> list[str]:
+    """`Cases by label:` then one line per label (UNSTABLE and NOT_DIAGNOSED too) naming its cases."""
+    by_label: dict[str, list[str]] = {}
+    for e in view.cases:
+        by_label.setdefault(str(e.get("label")), []).append(str(e["id"]))
+    order = [*LABELS, *sorted(k for k in by_label if k not in LABELS)]
+    rows = [f"  {label}: {', '.join(by_label[label])}" for label in order if by_label.get(label)]
+    return ["Cases by label:", *rows] if rows else []
+
+
 def _undiagnosable_lines(view: DiagnosisView) -> list[str]:
     ids = view.undiagnosable
     return [f"Undiagnosable: {len(ids)} failed case(s) without gold context: {', '.join(ids)}"] if ids else []
@@ -443,6 +456,7 @@ def _diagnosis_lines(view: DiagnosisView) -> list[str]:
             f"gold context {children['gold_context']}, control {children['control']}, "
             f"{title} {children['replay']}, replay control {children['replay_control']}"
         )
+    lines += _case_list_lines(view)
     lines += [f"Diagnosis {doc_id}", f"Child runs: {child}", f"Cases: oloproof inspect {doc_id}"]
     return lines
 
@@ -513,6 +527,24 @@ def comparison_lines(view: ComparisonView | Mapping[str, Any], doc_id: str | Non
     lines = [
         f"Comparison {view.doc_id} of {view.candidate_id} against {view.baseline_id} · {view.paired_cases} paired cases"
     ]
+    if view.has_policy:  # the answer first: the gate and each decision, then what to know about them
+        reason = f" · {view.gate_reason}" if view.gate_reason else ""
+        lines.append(f"Gate: {view.gate} (exit {view.exit_code}){reason}")
+        decisions = view.decisions
+        lines.append("Decisions" + (f" ({decided_what(decisions)})" if view.mixed_scopes else ""))
+        for d in decisions:
+            if d.get("scope") == "run":
+                lines += _run_decision_rows([d])
+                continue
+            at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
+            lines.append(
+                f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
+                f"  {d['outcome']}  {d['reason']}"
+            )
+            if d.get("plan"):
+                lines.append(f"    {d['plan']}")
+    else:
+        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
     lines += [f"Warning: {w}" for w in view.warnings]
     for name, c in view.criteria.items():
         lines.append(criterion_line(name, c))
@@ -522,33 +554,25 @@ def comparison_lines(view: ComparisonView | Mapping[str, Any], doc_id: str | Non
                 lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
     lines += list(view.sample_size_notes)
     lines += cost_lines(view.cost)
+    flipped = view.flipped
+    if flipped:
+        lines.append("Flipped cases")
+        lines += [f"  {g.criterion} {g.direction} ({len(g.ids)}): {', '.join(g.ids)}" for g in flipped]
     if view.slices:
+        supported = [r for r in view.slices if not r.get("insufficient_support")]
+        folded = len(view.slices) - len(supported)
         lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
-        for r in view.slices:
-            head = f"  exploratory  {r['slice']}={r['value']}  {r['criterion']}:"
-            if r.get("insufficient_support"):
-                lines.append(f"{head} {r['paired']} paired · insufficient support (min {view.min_slice_support})")
-            else:
-                pr = r["printed"]
-                lines.append(f"{head} {pr['estimate']} points [{pr['low']}, {pr['high']}] · {r['paired']} paired")
-    if not view.has_policy:
-        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
-        return lines
-    decisions = view.decisions
-    lines.append("Decisions" + (f" ({decided_what(decisions)})" if view.mixed_scopes else ""))
-    for d in decisions:
-        if d.get("scope") == "run":
-            lines += _run_decision_rows([d])
-            continue
-        at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
-        lines.append(
-            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
-            f"  {d['outcome']}  {d['reason']}"
-        )
-        if d.get("plan"):
-            lines.append(f"    {d['plan']}")
-    reason = f" · {view.gate_reason}" if view.gate_reason else ""
-    lines.append(f"Gate: {view.gate} (exit {view.exit_code}){reason}")
+        for r in supported:
+            pr = r["printed"]
+            lines.append(
+                f"  {r['slice']}={r['value']}  {r['criterion']}: {pr['estimate']} points [{pr['low']}, {pr['high']}]"
+                f" · {r['paired']} paired"
+            )
+        if folded:
+            lines.append(
+                f"  {folded} slice row{'' if folded == 1 else 's'} with fewer than {view.min_slice_support} paired "
+                f"cases not shown (insufficient support; all of them: oloproof inspect {view.doc_id} --json)"
+            )
     return lines
 
 
@@ -778,3 +802,105 @@ def wiring_text(w: Mapping[str, Any]) -> str:
 def wiring_texts(wiring: Sequence[Mapping[str, Any]]) -> list[str]:
     """The wiring findings of a run, one text each (the same words in the terminal, JSON readers and HTML)."""
     return [wiring_text(w) for w in wiring]
+
+
+# ------------------------------------------------------------------ triage in the terminal
+
+
+def runs_line(r: RunRow) -> str:
+    """One run of `oloproof runs`: id, status, start, system, cases, headline metric, and its kind."""
+    cases = f"{r.cases if r.cases is not None else '?'} case{'' if r.cases == 1 else 's'}"
+    headline = ""
+    if r.headline is not None:
+        name, m = r.headline
+        headline = f"  {name} {fmt_estimate(m)}"
+    marks = []
+    if r.child:
+        marks.append(f"child run ({r.purpose})")
+    if r.partial:
+        marks.append(f"{r.partial}: part of the suite")
+    if r.started_only:
+        marks.append("not finished: run.json holds only its start header")
+    kind = f"  [{'; '.join(marks)}]" if marks else ""
+    return (
+        f"{r.run_id}  {r.status or '?':<10}  {r.started_at or '':<24}  {r.system} {r.version or ''}  {cases}"
+        f"{headline}{kind}"
+    )
+
+
+def failures_lines(view: RunView) -> list[str]:
+    """`oloproof inspect RUN --failures`: one line per failed, errored or missing case and what failed."""
+    failed = view.failed
+    n = view.case_count
+    head = f"Run {view.run_id} · {n} case{'' if n == 1 else 's'} · {len(failed)} failed"
+    if not failed:
+        return [head, "No case failed"]
+    width = max(len(f.id) for f in failed)
+    lines = [head]
+    lines += [f"  {f.id:<{width}}  {'; '.join(f.what)}" for f in failed]
+    lines.append(f"One case whole: oloproof inspect {view.run_id} --case {failed[0].id}")
+    return lines
+
+
+def _clip(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _score(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else ("—" if v is None else str(v))
+
+
+def case_detail_lines(d: CaseDetail) -> list[str]:
+    """`oloproof inspect RUN --case ID`: the case whole, from its input to each verdict and its reason."""
+    verdict = f"FAILED: {'; '.join(d.failed)}" if d.failed else "passed"
+    lines = [f"Case {d.id} · run {d.run_id} · {verdict}", f"Input: {_clip(d.input, 200)}"]
+    question = d.input.get("question") if isinstance(d.input, Mapping) else d.input
+    if d.query is not None and d.query != question:
+        lines.append(f"Query: {_clip(d.query, 200)}")
+    if d.expected:
+        lines.append(f"Expected: {_clip(d.expected, 200)}")
+    if d.metadata:
+        lines.append(f"Metadata: {_clip(d.metadata)}")
+    if d.error:
+        lines.append(f"Error in {d.error.get('stage') or 'the system'}: {d.error.get('message')}")
+    if d.ladder is None:
+        lines.append("Retrieval: none recorded")
+    else:
+        labelled = any(r.grade is not None for r in d.ladder)
+        lines.append(
+            f"Retrieval: {len(d.ladder)} of depth {d.depth}, top-k {d.top_k}"
+            + (" (* relevant)" if labelled else " (the case has no relevance labels)")
+        )
+        cut_shown = False
+        for r in d.ladder:
+            if not cut_shown and isinstance(d.top_k, int) and isinstance(r.position, int) and r.position > d.top_k:
+                lines.append(f"  ---- top-k cut ({d.top_k}): below, not given to generate ----")
+                cut_shown = True
+            unit = f"{r.doc_id}" + (f"#{r.chunk_id}" if r.chunk_id else "")
+            mark = "*" if r.grade else " "
+            state = f"dropped ({r.reason})" if r.state == "dropped" else r.state
+            lines.append(f"  {mark}{r.position!s:>3}  {unit}  score {_score(r.score)}  {state}  {_clip(r.text, 60)}")
+    n = len(d.context)
+    lines.append(
+        f"Context: {n} passage{'' if n == 1 else 's'}"
+        + (" (truncated by the token budget)" if d.context_truncated else "")
+    )
+    lines += [f"  [{r.position}] {r.doc_id}: {_clip(r.text, 200)}" for r in d.context]
+    lines.append(f"Output: {_clip(d.output, 300)}")
+    lines.append("Verdicts:")
+    width = max((len(v.name) for v in d.verdicts), default=0)
+    for v in d.verdicts:
+        part = "asserts " if v.asserts else "measured"
+        if v.status == "observed":
+            outcome = "FAIL" if v.failed else ("pass" if (v.value or 0) >= 1.0 else "")
+            actual = _score(v.actual) if isinstance(v.actual, float) else _clip(v.actual, 80)
+            lines.append(
+                f"  {v.name:<{width}}  {outcome:<4}  {_score(v.value):<6}  {part}  "
+                f"expected {_clip(v.expected, 80)} · got {actual}"
+            )
+        else:
+            lines.append(f"  {v.name:<{width}}  {v.status} ({v.reason})  {part}")
+    # repeats (issue 26): a case's repeat list is shown here, from its own view function
+    return lines
