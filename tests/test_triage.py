@@ -52,7 +52,17 @@ def project(pytester: pytest.Pytester) -> Path:
     )
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
     assert result.ret == 1
+    # the summary names the command that shows the errored case, and counts in the singular
+    result.stdout.fnmatch_lines(
+        ["System errors: 1 case missing for every criterion (see oloproof inspect run_* --failures)"]
+    )
     return pytester.path
+
+
+def test_one_case_is_one_case(pytester: pytest.Pytester) -> None:
+    rag_project(pytester, [case("only")])
+    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["Run run_* (complete, 1 case) stored in *"])
 
 
 def test_inspect_failures_one_line_per_failed_or_errored_case(project: Path) -> None:

@@ -269,7 +269,7 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
                 pos,
                 c.get("doc_id"),
                 c.get("chunk_id"),
-                _num(c.get("score")) if c.get("score") is not None else None,
+                _readable(_num(c.get("score"))) if c.get("score") is not None else None,
                 c.get("tokens"),
                 grade,
                 state,
@@ -277,6 +277,11 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
             ]
         )
     return rows
+
+
+def _readable(v: float | None) -> float | None:
+    """A retrieval score as a reader reads it: four significant digits (0.8234567891 -> 0.8235)."""
+    return v if v is None or not math.isfinite(v) else float(f"{v:.4g}")
 
 
 def _short_float(v: float | None) -> float | None:

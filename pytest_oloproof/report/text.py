@@ -181,7 +181,11 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
     lines += usage_lines(view.usage)
     lines += slice_lines(view.slices, view.min_slice_support)
     if view.system_errors:
-        lines.append(f"System errors: {view.system_errors} case(s) missing for every criterion (see the run record)")
+        n = view.system_errors
+        lines.append(
+            f"System errors: {n} case{'' if n == 1 else 's'} missing for every criterion "
+            f"(see oloproof inspect {view.run_id} --failures)"
+        )
     if view.internal_errors:
         lines.append(
             f"Internal errors: {view.internal_errors} case(s) hit an error inside Oloproof and are missing for "
@@ -191,7 +195,8 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
         lines.append(f"Note: {view.note}")
     lines += [f"Check wiring: {w}" for w in wiring_texts(view.wiring)]
     where = f" in {store_root}" if store_root else ""
-    lines.append(f"Run {view.run_id} ({view.status}, {view.case_count} cases) stored{where}")
+    n = view.case_count
+    lines.append(f"Run {view.run_id} ({view.status}, {n} case{'' if n == 1 else 's'}) stored{where}")
     return lines
 
 
@@ -279,7 +284,7 @@ def tokens_line(usage: Mapping[str, Any] | None) -> str | None:
         parts.append("saved nothing")
     line = "Tokens: " + "; ".join(parts)
     if not usage.get("priced"):
-        line += " (no pricing: table, cost not computed)"
+        line += " (cost not computed: no `pricing` table in oloproof.yaml)"
     return line
 
 
@@ -327,7 +332,7 @@ def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
         ]
     if d["tokens"] is not None:
         return [
-            f"Tokens of the {cost['paired']} paired cases (cost not computed: no pricing: table or an unpriced "
+            f"Tokens of the {cost['paired']} paired cases (cost not computed: no `pricing` table or an unpriced "
             f"model): candidate {fmt_int(c['tokens'])}, baseline {fmt_int(b['tokens'])}, "
             f"difference {d['tokens']:+,} ({per['tokens']:+,.1f} per case)"
         ]
