@@ -140,8 +140,57 @@ def _emit(args: argparse.Namespace, doc: Any, lines: Sequence[str]) -> None:
 # ------------------------------------------------------------------ commands
 
 
+RUN_USAGE = """usage: oloproof run [OLOPROOF OPTIONS] [PYTEST OPTIONS] [FILE_OR_DIR ...]
+
+Runs pytest with --oloproof: evaluates the system oloproof.yaml declares, one pytest item per case.
+Exit status: 0 every case passed, 1 a case failed, 2 a usage or configuration error, 3 the release
+policy blocked (--oloproof-policy), 4 an internal error.
+"""
+
+
+def _run_help() -> int:
+    """`oloproof run --help`: Oloproof's own options first (pytest's section for them), then where pytest's are."""
+    import contextlib
+    import io
+
+    import pytest
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        pytest.main(["--help", "-p", "no:cacheprovider"])
+    group: list[str] = []  # the section of the `oloproof` option group
+    ini: list[str] = []  # the oloproof_* ini options, with their wrapped help lines
+    where: list[str] | None = None
+    for line in buf.getvalue().splitlines():
+        if line.startswith("Oloproof: RAG evaluation"):
+            where = group
+        elif line.startswith("  oloproof_"):
+            where = ini
+        elif where is not None and not line.startswith(" " * 4) and not (where is group and line.startswith("  -")):
+            where = None
+        if where is not None:
+            where.append(line)
+    print(RUN_USAGE)
+    print("\n".join(group).rstrip())
+    print("\nini-options for Oloproof ([pytest] in pytest.ini):")
+    print("\n".join(ini).rstrip())
+    print(
+        "\nEvery other argument goes to pytest (-k, -m, -x, --lf, --collect-only, -n ...): "
+        "`oloproof run --help-pytest` lists pytest's options."
+    )
+    return ExitCode.OK
+
+
 def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
     import pytest
+
+    if "-h" in rest or "--help" in rest:
+        try:
+            return _run_help()
+        except BrokenPipeError:  # `oloproof run --help | head`
+            _stdout_to_devnull()
+            return ExitCode.OK
+    rest = ["--help" if a == "--help-pytest" else a for a in rest]  # pytest's own, whole help
 
     class GateObserver:
         """Tells a gate's BLOCK (3) apart from pytest's own internal-error code (also 3)."""
