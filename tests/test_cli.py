@@ -83,7 +83,7 @@ def test_runs_lists_newest_first(
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert [line.split()[0] for line in lines] == list(reversed(two_runs))
-    assert "complete" in lines[0] and "1 cases" in lines[0] and "2 cases" in lines[1]
+    assert "complete" in lines[0] and "1 case " in lines[0] and "2 cases" in lines[1]
 
     code, out, _ = main_in_process(pytester.path, capsys, monkeypatch, "runs", "--json")
     assert code == 0

@@ -87,11 +87,11 @@ def test_block_exits_3_even_when_every_case_passes(pytester: pytest.Pytester, mo
     result.stdout.fnmatch_lines(
         [
             f"Comparison sha256:* of run_* against {baseline} · 40 paired cases",
-            "ok: +0.0 points [[]-8.9, +8.9[]] · 40 paired · 0 missing · 0 excluded",
-            "ok: 40 paired cases cannot establish non-inferiority at a 5.0-point margin; about 72 would be needed*",
+            "Gate: BLOCK (exit 3)",
             "Decisions",
             "  not-worse  ok  non-inferiority, margin 5.0 points  INSUFFICIENT_EVIDENCE  interval_overlaps_margin",
-            "Gate: BLOCK (exit 3)",
+            "ok: +0.0 points [[]-8.9, +8.9[]] · 40 paired · 0 missing · 0 excluded",
+            "ok: 40 paired cases cannot establish non-inferiority at a 5.0-point margin; about 72 would be needed*",
         ]
     )
     md = summary.read_text(encoding="utf-8")
@@ -121,9 +121,10 @@ def test_pass_exits_0_even_when_cases_fail_with_a_json_baseline(pytester: pytest
     result.stdout.fnmatch_lines(
         [
             f"Comparison sha256:* of run_* against {baseline} · 40 paired cases",
-            "ok: +75.0 points * · 40 paired · 0 missing · 0 excluded",
-            "  better  ok  superiority, margin 0.0 points  PASS  lower_bound_above_margin",
             "Gate: PASS (exit 0)",
+            "Decisions",
+            "  better  ok  superiority, margin 0.0 points  PASS  lower_bound_above_margin",
+            "ok: +75.0 points * · 40 paired · 0 missing · 0 excluded",
         ]
     )
 
@@ -136,7 +137,11 @@ def test_regression_fails_the_gate(pytester: pytest.Pytester) -> None:
     result = gated(pytester, baseline)
     assert result.ret == 3
     result.stdout.fnmatch_lines(
-        ["  not-worse  ok  non-inferiority, margin 5.0 points  FAIL  upper_bound_below_minus_margin", "Gate: BLOCK*"]
+        [
+            "Gate: BLOCK*",
+            "Decisions",
+            "  not-worse  ok  non-inferiority, margin 5.0 points  FAIL  upper_bound_below_minus_margin",
+        ]
     )
 
 
@@ -146,7 +151,7 @@ def test_baseline_without_policy_prints_the_comparison_and_keeps_pytest_status(p
     project(pytester, "gate_sys_nopol_b", passing=39)
     result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider", "--oloproof-baseline", baseline)
     assert result.ret == 1  # pytest's own status: one case failed
-    result.stdout.fnmatch_lines(["ok: -2.5 points * · 40 paired*", "No policy given: no decisions and no gate*"])
+    result.stdout.fnmatch_lines(["No policy given: no decisions and no gate*", "ok: -2.5 points * · 40 paired*"])
 
 
 @pytest.mark.parametrize(
@@ -284,7 +289,9 @@ def test_policy_criterion_from_a_conftest_evaluator_fixture_gates_the_run(
     result = gated(pytester, baseline)
     result.assert_outcomes(passed=12)
     assert result.ret == 0, result.stdout.str()
-    result.stdout.fnmatch_lines(["  not-worse  exact  non-inferiority, margin 50.0 points  PASS  *", "Gate: PASS*"])
+    result.stdout.fnmatch_lines(
+        ["Gate: PASS*", "Decisions", "  not-worse  exact  non-inferiority, margin 50.0 points  PASS  *"]
+    )
     assert len(runs(pytester)) == 2
 
 

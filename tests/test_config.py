@@ -223,19 +223,23 @@ def test_ini_option_names_the_config(pytester: pytest.Pytester) -> None:
 
 def test_no_config_found_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_ok():\n    pass\n")
-    result = pytester.runpytest("--oloproof", "-p", "no:cacheprovider")
+    # in a process of its own: the exit comes from pytest_configure, before pytester's in-process recorder
+    result = pytester.runpytest_subprocess("--oloproof", "-p", "no:cacheprovider")
     assert result.ret == 2
-    result.stdout.fnmatch_lines(
-        ["*Oloproof cannot start: no oloproof.yaml in *create one or pass --oloproof-config PATH*"]
+    result.stderr.fnmatch_lines(
+        ["Exit: Oloproof cannot start: no oloproof.yaml in *create one or pass --oloproof-config PATH"]
     )
-    assert "test_ok" not in result.stdout.str().split("Oloproof cannot start")[0].split("\n")[-1]
+    # one clear message, printed once, not again as `_pytest.outcomes.Exit`
+    everything = result.stdout.str() + result.stderr.str()
+    assert everything.count("Oloproof cannot start") == 1 and "_pytest.outcomes" not in everything
+    assert "test_ok" not in everything
     assert not (pytester.path / ".oloproof").exists()
 
 
 def test_explicit_config_that_does_not_exist(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--oloproof", "--oloproof-config", "nope.yaml", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--oloproof", "--oloproof-config", "nope.yaml", "-p", "no:cacheprovider")
     assert result.ret == 2
-    result.stdout.fnmatch_lines([f"*--oloproof-config: {pytester.path / 'nope.yaml'} does not exist*"])
+    result.stderr.fnmatch_lines([f"*--oloproof-config: {pytester.path / 'nope.yaml'} does not exist*"])
 
 
 def test_find_config_prefers_the_explicit_path(tmp_path: Path) -> None:

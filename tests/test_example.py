@@ -65,6 +65,7 @@ def test_the_example_walk_through(pytester: pytest.Pytester, monkeypatch: pytest
         ]
     )
     assert second["cache"]["retrieve"] == {"hit": 0, "miss": 0}
+    assert first["wiring"] == second["wiring"] == []  # a healthy project: no wiring check speaks, cached or not
 
     # a larger budget: every retrieval reused, only the cases whose context changed regenerated
     set_setting(config, "token_budget", "120")

@@ -437,3 +437,11 @@ def test_run_page_gives_the_tokens_and_budget_lines_the_terminal_gives() -> None
     lines = model.run_view(record)["cache_lines"]
     assert lines == usage_lines(record) and len(lines) == 2
     assert lines[0].startswith("Tokens: judges 2 calls, 300 in / 40 out")
+
+
+def test_ladder_scores_are_rounded_for_reading() -> None:
+    case = _case("scored", "a", ["a", "b", "c"], [1, 2], True)
+    for cand, score in zip(case["retrieval"], (0.8234567891234567, 12345.678, 1e-7), strict=True):
+        cand["score"] = score
+    data = model.case_payload({**RECORD, "cases": [case]})
+    assert [r[3] for r in data["cases"][0]["r"]] == [0.8235, 12350.0, 1e-7]

@@ -408,7 +408,12 @@ def test_changed_generation_reuses_retrieval_and_counts_what_each_cache_saved(
     }
     assert u["saved"]["judges"]["calls"] == 4
     assert u["priced"] is False and u["system"]["cost"] is None and u["system"]["cost_missing"] == "no_pricing"
-    second.stdout.fnmatch_lines(["Tokens: *saved 4 judge calls, 4 system calls, * tokens (no pricing: table*"])
+    second.stdout.fnmatch_lines(
+        [
+            "Tokens: *saved 4 judge calls, 4 system calls, * tokens "
+            "(cost not computed: no `pricing` table in oloproof.yaml)"
+        ]
+    )
 
 
 def test_provider_without_usage_is_unknown_never_zero(

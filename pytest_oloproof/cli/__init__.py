@@ -12,10 +12,11 @@ from collections.abc import Sequence
 
 from pytest_oloproof.errors import ExitCode
 
-from . import cache, compare, core, diagnose, gate, judge_probe, labels, merge, report, validate_judge
+from . import cache, compare, core, diagnose, gate, init, judge_probe, labels, merge, report, validate_judge
 from .core import Subcommand, UsageError
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
+    init.SUBCOMMAND,
     compare.SUBCOMMAND,
     gate.GATE,
     gate.PLAN,

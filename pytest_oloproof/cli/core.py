@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,8 +140,57 @@ def _emit(args: argparse.Namespace, doc: Any, lines: Sequence[str]) -> None:
 # ------------------------------------------------------------------ commands
 
 
+RUN_USAGE = """usage: oloproof run [OLOPROOF OPTIONS] [PYTEST OPTIONS] [FILE_OR_DIR ...]
+
+Runs pytest with --oloproof: evaluates the system oloproof.yaml declares, one pytest item per case.
+Exit status: 0 every case passed, 1 a case failed, 2 a usage or configuration error, 3 the release
+policy blocked (--oloproof-policy), 4 an internal error.
+"""
+
+
+def _run_help() -> int:
+    """`oloproof run --help`: Oloproof's own options first (pytest's section for them), then where pytest's are."""
+    import contextlib
+    import io
+
+    import pytest
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        pytest.main(["--help", "-p", "no:cacheprovider"])
+    group: list[str] = []  # the section of the `oloproof` option group
+    ini: list[str] = []  # the oloproof_* ini options, with their wrapped help lines
+    where: list[str] | None = None
+    for line in buf.getvalue().splitlines():
+        if line.startswith("Oloproof: RAG evaluation"):
+            where = group
+        elif line.startswith("  oloproof_"):
+            where = ini
+        elif where is not None and not line.startswith(" " * 4) and not (where is group and line.startswith("  -")):
+            where = None
+        if where is not None:
+            where.append(line)
+    print(RUN_USAGE)
+    print("\n".join(group).rstrip())
+    print("\nini-options for Oloproof ([pytest] in pytest.ini):")
+    print("\n".join(ini).rstrip())
+    print(
+        "\nEvery other argument goes to pytest (-k, -m, -x, --lf, --collect-only, -n ...): "
+        "`oloproof run --help-pytest` lists pytest's options."
+    )
+    return ExitCode.OK
+
+
 def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
     import pytest
+
+    if "-h" in rest or "--help" in rest:
+        try:
+            return _run_help()
+        except BrokenPipeError:  # `oloproof run --help | head`
+            _stdout_to_devnull()
+            return ExitCode.OK
+    rest = ["--help" if a == "--help-pytest" else a for a in rest]  # pytest's own, whole help
 
     class GateObserver:
         """Tells a gate's BLOCK (3) apart from pytest's own internal-error code (also 3)."""
@@ -168,6 +217,8 @@ def cmd_run(args: argparse.Namespace, rest: list[str]) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from pytest_oloproof.records.stored import is_start_header
+    from pytest_oloproof.report.text import runs_line
+    from pytest_oloproof.report.views import RunRow
     from pytest_oloproof.store.files import RecordError
 
     store = _store_from(args)
@@ -180,25 +231,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
             rows.append({"run_id": run_id, "status": "unreadable", "error": f"run.json: {exc.problem}"})
             lines.append(f"{run_id} unreadable: run.json: {exc.problem}")
             continue
-        r = {
-            "run_id": run_id,
-            "status": h.get("status"),
-            "purpose": h.get("purpose", "run"),
-            "started_at": h.get("started_at"),
-            "system": (h.get("system") or {}).get("name"),
-            "version": (h.get("system") or {}).get("version"),
-            "cases": (h.get("counts") or {}).get("cases"),
-        }
         started_only = is_start_header(h)
-        if started_only:  # killed, or still going: the cases recorded so far
-            r["cases"] = store.count_cases(run_id)
-            r["note"] = "run.json holds only its start header"
-        rows.append(r)
-        lines.append(
-            f"{r['run_id']}  {r['status']:<10}  {r['started_at'] or '':<24}  {r['system']} {r['version'] or ''}"
-            f"  {r['cases'] if r['cases'] is not None else '?'} cases  {r['purpose']}"
-            + ("  (not finished: run.json holds only its start header)" if started_only else "")
-        )
+        # killed, or still going: the cases recorded so far
+        cases = store.count_cases(run_id) if started_only else (h.get("counts") or {}).get("cases")
+        row = RunRow.of(run_id, h, started_only=started_only, cases=cases)
+        doc = row.to_json()
+        if started_only:
+            doc["note"] = "run.json holds only its start header"
+        rows.append(doc)
+        lines.append(runs_line(row))
     _emit(args, {"store": str(store.root), "runs": rows}, lines or [f"no runs in {store.root}"])
     return ExitCode.OK
 
@@ -208,11 +249,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
     store = _store_from(args)
     kind, full = store.resolve(args.id)
+    if kind != "run" and (args.failures or args.case):
+        raise UsageError(f"--failures and --case read a run; {args.id} is a {kind}")
     if kind == "run":
         from pytest_oloproof.store.labels import corrected_rates
 
         record = store.load_run(full)
         record["corrected"] = corrected_rates(store, record)  # from imported labels, computed when read
+        if args.case is not None:
+            return _inspect_case(args, record)
+        if args.failures:
+            from pytest_oloproof.report.text import failures_lines
+            from pytest_oloproof.report.views import RunView
+
+            view = RunView.of(record)
+            doc = {
+                "run_id": full,
+                "cases": view.case_count,
+                "failed": [{"id": f.id, "what": f.what} for f in view.failed],
+            }
+            _emit(args, doc, failures_lines(view))
+            return ExitCode.OK
         lines = run_summary(record, store_root=str(store.root))
         lines.append("Cases:")
         for c in record.get("cases", []):
@@ -223,6 +280,26 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     renderer = getattr(args, "inspectors", {}).get(kind)
     lines = renderer(doc, full) if renderer else [json.dumps(doc, indent=2)]
     _emit(args, {"id": full, **doc}, lines)
+    return ExitCode.OK
+
+
+def _inspect_case(args: argparse.Namespace, record: Mapping[str, Any]) -> int:
+    """`oloproof inspect RUN --case ID`: the case whole (the JSON form is its full record)."""
+    from pytest_oloproof.report.text import case_detail_lines
+    from pytest_oloproof.report.views import CaseDetail
+
+    cases = [c for c in record.get("cases") or [] if str(c.get("id")) == args.case]
+    if not cases:
+        ids = [str(c.get("id")) for c in record.get("cases") or []]
+        near = [i for i in ids if args.case.lower() in i.lower()][:5]
+        hint = (
+            f"; did you mean {', '.join(near)}?"
+            if near
+            else f" (its {len(ids)} cases: oloproof inspect {record.get('run_id')})"
+        )
+        raise UsageError(f"--case: run {record.get('run_id')} has no case {args.case!r}{hint}")
+    case = cases[-1]
+    _emit(args, case, case_detail_lines(CaseDetail.of(record, case)))
     return ExitCode.OK
 
 
@@ -242,7 +319,12 @@ def build_parser(subcommands: Sequence[Subcommand] = ()) -> argparse.ArgumentPar
     p = sub.add_parser("runs", help="list stored runs, newest first")
     common(p)
     p = sub.add_parser("inspect", help="show a run, diagnosis, comparison or decision (id, unique prefix, latest)")
-    p.add_argument("id")
+    p.add_argument("id", help="run, diagnosis, comparison or decision: id, unique prefix, latest, latest~N")
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--failures", action="store_true", help="a run: one line per failed, errored or missing case")
+    what.add_argument(
+        "--case", metavar="ID", help="a run: one case whole (input, retrieval, context, output, verdicts)"
+    )
     p.set_defaults(inspectors={s.inspects: s.inspect for s in subcommands if s.inspects and s.inspect})
     common(p)
     for s in subcommands:

@@ -34,6 +34,7 @@ from .policy import (
     CASES_CHANGED,
     INSUFFICIENT,
     MISSING_EXCEEDS_LIMIT,
+    PASS,
     TOO_FEW_PAIRS,
     LoadedPolicy,
     load_policy,
@@ -431,7 +432,14 @@ def sample_size_notes(decisions: Sequence[Mapping[str, Any]]) -> list[str]:
         margin = fmt_margin(d["margin"])
         cases = f"{n} paired case{'' if n == 1 else 's'}"
         head = f"{d['criterion']}: {cases} cannot establish {d['test']} at a {margin}-point"
-        if d.get("kind") == "mean":  # from the paired graded interval with every difference 0
+        if d.get("outcome") == PASS:  # the decision passed: the changed verdicts, not the sample size, carried it
+            unchanged = "with every difference 0" if d.get("kind") == "mean" else "with no changed verdicts"
+            note = (
+                f"{d['criterion']}: {d['name']} PASSED on {cases} because the candidate's changes favour it; "
+                f"{unchanged}, about {needed} pairs would be needed to establish {d['test']} at a {margin}-point "
+                "margin"
+            )
+        elif d.get("kind") == "mean":  # from the paired graded interval with every difference 0
             note = f"{head} margin, even with no change; about {needed} would be needed"
         else:  # from the exact paired interval with no discordant pair
             note = f"{head} margin; about {needed} would be needed with no changed verdicts"

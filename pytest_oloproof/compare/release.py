@@ -415,3 +415,39 @@ __all__ = [
     "scaled",
     "smallest_deciding",
 ]
+
+
+# ------------------------------------------------------------------ what a suite of N cases can decide
+
+
+def suite_capacity(d: Decision, cases: int, confidence: float) -> dict[str, Any]:
+    """What a single-run decision can decide at `cases` cases, before anything ran (`oloproof init`).
+
+    For a `minimum` on a pass rate: the most failed cases that still PASS (the same exact
+    interval the gate reads), or, when even a suite where every case passes cannot PASS, the
+    smallest such suite that could. A `maximum` mirrors it (failures read as values above the
+    threshold); `max-failures` counts failed cases, whatever the suite's size.
+    """
+    from pytest_oloproof.stats.intervals import rate_interval
+
+    out: dict[str, Any] = {"name": d.name, "criterion": d.criterion, "test": d.test, "cases": cases}
+    if d.test == MAX_FAILURES:
+        out["max_failures"] = d.max_failures
+        return out
+    threshold = float(d.threshold or 0.0)
+    out["threshold"] = threshold
+    good, bad = (1.0, 0.0) if d.test == "minimum" else (0.0, 1.0)
+
+    def passes(n: int, failed: int) -> bool:
+        iv = rate_interval([good] * (n - failed) + [bad] * failed, confidence)
+        return d.run_rule.decide(iv.low, iv.high, threshold)[0] == PASS
+
+    allowed = None
+    for failed in range(cases + 1):
+        if not passes(cases, failed):
+            break
+        allowed = failed
+    out["failures_allowed"] = allowed
+    if allowed is None:
+        out["cases_needed"] = smallest_deciding(cases, lambda n: passes(n, 0))
+    return out

@@ -8,6 +8,7 @@ from typing import Any, cast
 
 from pytest_oloproof.cache.miss_reasons import explain as explain_misses
 from pytest_oloproof.errors import StoreError
+from pytest_oloproof.evaluate.wiring import WiringChecks
 from pytest_oloproof.evaluators.base import Evaluator
 from pytest_oloproof.records.cases import Case
 from pytest_oloproof.records.identity import case_set_digest
@@ -30,6 +31,8 @@ class RunRecorder:
         self.header = dict(header)
         self.cases: list[dict[str, Any]] = []
         self._writer: RunWriter | None = None
+        #: wiring checks read every full case as it arrives (diagnosis child runs replay on purpose: none)
+        self.wiring = WiringChecks(self.header) if self.header.get("purpose", "run") == "run" else None
 
     def _open(self) -> RunWriter:
         if self._writer is None:
@@ -59,6 +62,11 @@ class RunRecorder:
                     fallback[key] = None
                 writer.add_case(fallback)
             rec = fallback
+        if self.wiring is not None:
+            try:
+                self.wiring.add(rec)
+            except Exception:  # a check must never lose a case
+                pass
         self.cases.append(slim_case(rec))
 
     def summarize(self) -> RunSummary:
@@ -84,6 +92,8 @@ class RunRecorder:
             if misses is not None:
                 record["cache_misses"] = misses
         record.update(self.usage_fields())
+        if self.wiring is not None:
+            record["wiring"] = self.wiring.findings()
         self._open().finish(record)
         return cast(
             RunRecord, {**self.header, "run_id": self.run_id, "schema": "oloproof.run/1", **record, "cases": self.cases}

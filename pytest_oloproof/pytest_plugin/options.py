@@ -87,12 +87,39 @@ def add_options(parser: pytest.Parser) -> None:
         help="gold-context | top-k | reranker | token-budget",
     )
     group.addoption("--oloproof-criterion", dest="oloproof_criterion", metavar="NAME", help="criterion to diagnose")
-    group.addoption("--oloproof-top-k", dest="oloproof_top_k", type=_positive_int, metavar="N")
-    group.addoption("--oloproof-reranker", dest="oloproof_reranker", metavar="MODULE:FUNCTION")
-    group.addoption("--oloproof-token-budget", dest="oloproof_token_budget", type=_positive_int, metavar="N")
+    group.addoption(
+        "--oloproof-top-k",
+        dest="oloproof_top_k",
+        type=_positive_int,
+        metavar="N",
+        help="the top-k cut to replay with (--oloproof-intervention top-k)",
+    )
+    group.addoption(
+        "--oloproof-reranker",
+        dest="oloproof_reranker",
+        metavar="MODULE:FUNCTION",
+        help="function(query, candidates) -> candidates to replay with (--oloproof-intervention reranker)",
+    )
+    group.addoption(
+        "--oloproof-token-budget",
+        dest="oloproof_token_budget",
+        type=_positive_int,
+        metavar="N",
+        help="the token budget to replay with (--oloproof-intervention token-budget)",
+    )
     group.addoption("--oloproof-fresh", dest="oloproof_fresh", action="store_true", help="re-run child runs")
-    group.addoption("--oloproof-baseline", dest="oloproof_baseline", metavar="RUN_ID|FILE")
-    group.addoption("--oloproof-policy", dest="oloproof_policy", metavar="PATH")
+    group.addoption(
+        "--oloproof-baseline",
+        dest="oloproof_baseline",
+        metavar="RUN_ID|FILE",
+        help="compare this run with a baseline run (id, prefix, latest, latest~N, or run-record JSON)",
+    )
+    group.addoption(
+        "--oloproof-policy",
+        dest="oloproof_policy",
+        metavar="PATH",
+        help="release policy deciding this run (with --oloproof-baseline, the comparison); exit 3 on BLOCK",
+    )
     group.addoption(
         "--oloproof-shard",
         dest="oloproof_shard",
@@ -186,7 +213,8 @@ def progress_interval(config: pytest.Config) -> float | None:
     mode = str(config.getini("oloproof_progress") or "auto").strip().lower()
     if tr is None or mode == "off":
         return None
-    if mode != "on" and not (bool(tr.isatty()) and int(config.get_verbosity()) > -2):
+    tty = tr.isatty  # an attribute on pytest 8.0, a method since
+    if mode != "on" and not (bool(tty() if callable(tty) else tty) and int(config.get_verbosity()) > -2):
         return None
     try:
         return max(float(config.getini("oloproof_progress_interval")), 0.0)

@@ -49,6 +49,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.getoption("oloproof", False):
         return
     plugin = OloproofPlugin(config)
+    options = plugin.run.options
+    helping = config.getoption("help", False) or config.getoption("version", False)
+    if options.config_error is not None and options.config_path is None and not options.is_worker and not helping:
+        # no oloproof.yaml: nothing to collect. Said once, before pytest's terminal reporter exists
+        # (an exit from a later hook is printed twice, once as `_pytest.outcomes.Exit`)
+        _cannot_start(CannotStart(f"Oloproof cannot start: {options.config_error}"))
     config.stash[PLUGIN_KEY] = plugin
     config.pluginmanager.register(plugin, PLUGIN_NAME)
     config.pluginmanager.register(plugin.run, SESSION_PLUGIN_NAME)  # where `oloproof run` reads the outcome

@@ -160,6 +160,8 @@ class RunRecord(TypedDict, total=False):
     slices: list[Any]
     cache: dict[str, dict[str, int]]  # per cache (execution, judgment, retrieve, generate): hit, miss
     cache_misses: dict[str, Any] | None
+    #: wiring checks whose sign held in every case (evaluate/wiring.py); [] when none did
+    wiring: list[dict[str, Any]]
     usage: dict[str, Any] | None
     budget: dict[str, Any] | None
     counts: RunCounts

@@ -10,7 +10,7 @@ view is plain data: the templates only lay it out.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_oloproof.diagnose.labels import LABELS
@@ -34,8 +34,9 @@ from .text import (
     miss_lines,
     repeats_lines,
     usage_lines,
+    wiring_texts,
 )
-from .views import CaseView, DiagnosisView, RunView, case_repeats, criterion_failures
+from .views import CaseView, DiagnosisView, RunView, case_repeats, criterion_failures, flipped_groups
 
 #: a criterion value in the case table: o(bserved) / m(issing) / x (excluded)
 _STATUS_CODE = {"observed": "o", "missing": "m", "excluded": "x"}
@@ -270,7 +271,7 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
                 pos,
                 c.get("doc_id"),
                 c.get("chunk_id"),
-                _num(c.get("score")) if c.get("score") is not None else None,
+                _readable(_num(c.get("score"))) if c.get("score") is not None else None,
                 c.get("tokens"),
                 grade,
                 state,
@@ -278,6 +279,11 @@ def _ladder(case: Mapping[str, Any], qrels: Mapping[Any, int] | None, unit: str,
             ]
         )
     return rows
+
+
+def _readable(v: float | None) -> float | None:
+    """A retrieval score as a reader reads it: four significant digits (0.8234567891 -> 0.8235)."""
+    return v if v is None or not math.isfinite(v) else float(f"{v:.4g}")
 
 
 def _short_float(v: float | None) -> float | None:
@@ -503,6 +509,7 @@ def run_view(
             for name, m in metrics.items()
         ],
         "accounting_lines": accounting_lines(metrics) + corrected_lines(view.corrected),
+        "wiring": wiring_texts(view.wiring),
         "metrics_plot": metrics_plot(metrics, confidence),
         "funnel": funnel(record, diagnosis[1].get("criterion") if diagnosis else None),
         "slices": slice_plots(view.slices, view.min_slice_support),
@@ -696,28 +703,22 @@ def comparison_view(
     """
     cand, base = cases_by_id(candidate), cases_by_id(baseline)
     flipped: list[dict[str, Any]] = []
-    for name, c in (doc.get("criteria") or {}).items():
-        groups: Iterable[tuple[str, str, Any]] = (
-            ("regressed", "pass → fail", c.get("regressed")),
-            ("improved", "fail → pass", c.get("improved")),
-            ("changed", "value changed", c.get("changed")),
-        )
-        for key, direction, ids in groups:
-            for case_id in ids or []:
-                case_id = case_id if isinstance(case_id, str) else str(case_id.get("id", case_id))
-                cc, bc = cand.get(case_id), base.get(case_id)
-                flipped.append(
-                    {
-                        "criterion": name,
-                        "case": case_id,
-                        "direction": direction,
-                        "tone": "fail" if key == "regressed" else ("pass" if key == "improved" else "warn"),
-                        "candidate": _short(cc.get("output")) if cc else "(candidate run record not available)",
-                        "baseline": _short(bc.get("output")) if bc else "(baseline run record not available)",
-                        "candidate_value": _verdict((cc.get("criteria") or {}).get(name) if cc else None)["text"],
-                        "baseline_value": _verdict((bc.get("criteria") or {}).get(name) if bc else None)["text"],
-                    }
-                )
+    for g in flipped_groups(doc):
+        name, key, direction = g.criterion, g.key, g.direction
+        for case_id in g.ids:
+            cc, bc = cand.get(case_id), base.get(case_id)
+            flipped.append(
+                {
+                    "criterion": name,
+                    "case": case_id,
+                    "direction": direction,
+                    "tone": "fail" if key == "regressed" else ("pass" if key == "improved" else "warn"),
+                    "candidate": _short(cc.get("output")) if cc else "(candidate run record not available)",
+                    "baseline": _short(bc.get("output")) if bc else "(baseline run record not available)",
+                    "candidate_value": _verdict((cc.get("criteria") or {}).get(name) if cc else None)["text"],
+                    "baseline_value": _verdict((bc.get("criteria") or {}).get(name) if bc else None)["text"],
+                }
+            )
     sets = doc.get("case_sets") or {}
     changed = doc.get("changed_cases") or sets.get("changed") or []
     decisions = decision_rows(doc.get("decisions") or [])

@@ -28,6 +28,7 @@ from .fmt import (
     signed_cost,
 )
 from .views import (
+    CaseDetail,
     CaseView,
     ComparisonView,
     DecisionView,
@@ -35,7 +36,9 @@ from .views import (
     GateView,
     JudgeValidationView,
     PlanView,
+    RepeatRow,
     RepeatsView,
+    RunRow,
     RunView,
     UsageView,
     case_repeats,
@@ -201,7 +204,11 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
     lines += slice_lines(view.slices, view.min_slice_support)
     lines += repeats_lines(view.repeats)
     if view.system_errors:
-        lines.append(f"System errors: {view.system_errors} case(s) missing for every criterion (see the run record)")
+        n = view.system_errors
+        lines.append(
+            f"System errors: {n} case{'' if n == 1 else 's'} missing for every criterion "
+            f"(see oloproof inspect {view.run_id} --failures)"
+        )
     if view.internal_errors:
         lines.append(
             f"Internal errors: {view.internal_errors} case(s) hit an error inside Oloproof and are missing for "
@@ -209,8 +216,10 @@ def run_lines(view: RunView, *, store_root: str | None = None) -> list[str]:
         )
     if view.note:
         lines.append(f"Note: {view.note}")
+    lines += [f"Check wiring: {w}" for w in wiring_texts(view.wiring)]
     where = f" in {store_root}" if store_root else ""
-    lines.append(f"Run {view.run_id} ({view.status}, {view.case_count} cases) stored{where}")
+    n = view.case_count
+    lines.append(f"Run {view.run_id} ({view.status}, {n} case{'' if n == 1 else 's'}) stored{where}")
     return lines
 
 
@@ -239,8 +248,13 @@ def repeats_lines(view: RepeatsView | None) -> list[str]:
 
 def case_repeat_lines(case: Mapping[str, Any]) -> list[str]:
     """One line per repeat of a case (for `oloproof inspect`): its verdicts, answer and error."""
+    return repeat_row_lines(case_repeats(case))
+
+
+def repeat_row_lines(rows: Sequence[RepeatRow]) -> list[str]:
+    """One line per repeat: its verdicts, answer and error."""
     out = []
-    for r in case_repeats(case):
+    for r in rows:
         parts = []
         for name, cv in r.criteria.items():
             if cv.get("status") == "observed":
@@ -344,7 +358,7 @@ def tokens_line(usage: Mapping[str, Any] | None) -> str | None:
         parts.append("saved nothing")
     line = "Tokens: " + "; ".join(parts)
     if not usage.get("priced"):
-        line += " (no pricing: table, cost not computed)"
+        line += " (cost not computed: no `pricing` table in oloproof.yaml)"
     return line
 
 
@@ -392,7 +406,7 @@ def cost_lines(cost: Mapping[str, Any] | None) -> list[str]:
         ]
     if d["tokens"] is not None:
         return [
-            f"Tokens of the {cost['paired']} paired cases (cost not computed: no pricing: table or an unpriced "
+            f"Tokens of the {cost['paired']} paired cases (cost not computed: no `pricing` table or an unpriced "
             f"model): candidate {fmt_int(c['tokens'])}, baseline {fmt_int(b['tokens'])}, "
             f"difference {d['tokens']:+,} ({per['tokens']:+,.1f} per case)"
         ]
@@ -440,6 +454,16 @@ def missing_lines(view: DiagnosisView) -> list[str]:
 
 def _label_lines(counts: Mapping[str, int], of: int) -> list[str]:
     return [f"{label}: {counts[label]} of {of}, {LABELS[label][2]}" for label in LABELS if counts.get(label)]
+
+
+def _case_list_lines(view: DiagnosisView) -> list[str]:
+    """`Cases by label:` then one line per label (UNSTABLE and NOT_DIAGNOSED too) naming its cases."""
+    by_label: dict[str, list[str]] = {}
+    for e in view.cases:
+        by_label.setdefault(str(e.get("label")), []).append(str(e["id"]))
+    order = [*LABELS, *sorted(k for k in by_label if k not in LABELS)]
+    rows = [f"  {label}: {', '.join(by_label[label])}" for label in order if by_label.get(label)]
+    return ["Cases by label:", *rows] if rows else []
 
 
 def _undiagnosable_lines(view: DiagnosisView) -> list[str]:
@@ -519,6 +543,7 @@ def _diagnosis_lines(view: DiagnosisView) -> list[str]:
             f"gold context {children['gold_context']}, control {children['control']}, "
             f"{title} {children['replay']}, replay control {children['replay_control']}"
         )
+    lines += _case_list_lines(view)
     lines += [f"Diagnosis {doc_id}", f"Child runs: {child}", f"Cases: oloproof inspect {doc_id}"]
     return lines
 
@@ -589,6 +614,24 @@ def comparison_lines(view: ComparisonView | Mapping[str, Any], doc_id: str | Non
     lines = [
         f"Comparison {view.doc_id} of {view.candidate_id} against {view.baseline_id} · {view.paired_cases} paired cases"
     ]
+    if view.has_policy:  # the answer first: the gate and each decision, then what to know about them
+        reason = f" · {view.gate_reason}" if view.gate_reason else ""
+        lines.append(f"Gate: {view.gate} (exit {view.exit_code}){reason}")
+        decisions = view.decisions
+        lines.append("Decisions" + (f" ({decided_what(decisions)})" if view.mixed_scopes else ""))
+        for d in decisions:
+            if d.get("scope") == "run":
+                lines += _run_decision_rows([d])
+                continue
+            at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
+            lines.append(
+                f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
+                f"  {d['outcome']}  {d['reason']}"
+            )
+            if d.get("plan"):
+                lines.append(f"    {d['plan']}")
+    else:
+        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
     lines += [f"Warning: {w}" for w in view.warnings]
     for name, c in view.criteria.items():
         lines.append(criterion_line(name, c))
@@ -598,33 +641,25 @@ def comparison_lines(view: ComparisonView | Mapping[str, Any], doc_id: str | Non
                 lines.append(f"  {label}: " + ", ".join(f"{r} {n}" for r, n in reasons.items()))
     lines += list(view.sample_size_notes)
     lines += cost_lines(view.cost)
+    flipped = view.flipped
+    if flipped:
+        lines.append("Flipped cases")
+        lines += [f"  {g.criterion} {g.direction} ({len(g.ids)}): {', '.join(g.ids)}" for g in flipped]
     if view.slices:
+        supported = [r for r in view.slices if not r.get("insufficient_support")]
+        folded = len(view.slices) - len(supported)
         lines.append("Slices (exploratory; grouped by the baseline's value; not population claims)")
-        for r in view.slices:
-            head = f"  exploratory  {r['slice']}={r['value']}  {r['criterion']}:"
-            if r.get("insufficient_support"):
-                lines.append(f"{head} {r['paired']} paired · insufficient support (min {view.min_slice_support})")
-            else:
-                pr = r["printed"]
-                lines.append(f"{head} {pr['estimate']} points [{pr['low']}, {pr['high']}] · {r['paired']} paired")
-    if not view.has_policy:
-        lines.append("No policy given: no decisions and no gate (add --policy compare.yaml)")
-        return lines
-    decisions = view.decisions
-    lines.append("Decisions" + (f" ({decided_what(decisions)})" if view.mixed_scopes else ""))
-    for d in decisions:
-        if d.get("scope") == "run":
-            lines += _run_decision_rows([d])
-            continue
-        at_worst = " with missing at worst" if d["interval"].get("missing_at_worst") else ""
-        lines.append(
-            f"  {d['name']}  {d['criterion']}  {d['test']}, margin {fmt_margin(d['margin'])} points{at_worst}"
-            f"  {d['outcome']}  {d['reason']}"
-        )
-        if d.get("plan"):
-            lines.append(f"    {d['plan']}")
-    reason = f" · {view.gate_reason}" if view.gate_reason else ""
-    lines.append(f"Gate: {view.gate} (exit {view.exit_code}){reason}")
+        for r in supported:
+            pr = r["printed"]
+            lines.append(
+                f"  {r['slice']}={r['value']}  {r['criterion']}: {pr['estimate']} points [{pr['low']}, {pr['high']}]"
+                f" · {r['paired']} paired"
+            )
+        if folded:
+            lines.append(
+                f"  {folded} slice row{'' if folded == 1 else 's'} with fewer than {view.min_slice_support} paired "
+                f"cases not shown (insufficient support; all of them: oloproof inspect {view.doc_id} --json)"
+            )
     return lines
 
 
@@ -809,4 +844,201 @@ def judge_probe_lines(doc: Mapping[str, Any], doc_id: str) -> list[str]:
         why = "; ".join(f"ask {m['probe']}: {m['reason']}" for m in e["missing"])
         lines.append(f"  {e['id']}: {shown} — {state}" + (f" ({why})" if why else ""))
     lines.append(f"Probe {doc_id}")
+    return lines
+
+
+# ------------------------------------------------------------------ a new project
+
+
+def capacity_line(c: Mapping[str, Any], confidence: float) -> str:
+    """What one decision of a release policy can decide at the suite's size (`oloproof init`)."""
+    head = f"  {c['name']} ({c['criterion']} {c['test']}"
+    if c["test"] == "max-failures":
+        return f"{head} {c['max_failures']}): counts failed cases, so any suite size can decide it"
+    threshold = pct(c["threshold"])
+    head += f" {threshold}):"
+    allowed = c["failures_allowed"]
+    if allowed is not None:
+        if allowed == 0:
+            return f"{head} PASS only if all {c['cases']} cases pass"
+        return f"{head} PASS with at most {allowed} of the {c['cases']} cases failing"
+    needed = c.get("cases_needed")
+    size = f"about {needed:,} cases" if needed is not None else "more cases than any suite holds"
+    return (
+        f"{head} cannot PASS at {c['cases']} cases even if every case passes (the {confidence:.0%} interval "
+        f"is too wide); it takes {size} all passing"
+    )
+
+
+def init_lines(
+    directory: str,
+    written: Sequence[str],
+    capacity: Sequence[Mapping[str, Any]],
+    cases: int,
+    confidence: float,
+    in_place: bool,
+) -> list[str]:
+    """`oloproof init`: the files written, what to do next, and what the suite can decide at its size."""
+    lines = [f"Wrote a runnable Oloproof project in {directory}:"]
+    lines += [f"  {name}" for name in written]
+    lines.append("Next:")
+    step = 1
+    if not in_place:
+        lines.append(f"  {step}. cd {directory}")
+        step += 1
+    lines += [
+        f"  {step}. oloproof run                                   evaluate the {cases} cases (exit 1 if any fails)",
+        f"  {step + 1}. oloproof inspect latest --failures             one line per failed case",
+        f"  {step + 2}. oloproof run --oloproof-policy release.yaml    gate a release (exit 3 on BLOCK)",
+        f"  {step + 3}. edit app.py (your retriever and generator) and cases.jsonl (your questions and labels)",
+        f"What {cases} cases can decide (release.yaml, {confidence:.0%} intervals):",
+    ]
+    lines += [capacity_line(c, confidence) for c in capacity]
+    return lines
+
+
+# ------------------------------------------------------------------ wiring checks
+
+LANGCHAIN_K = "def _get_relevant_documents(self, query, *, run_manager, k=None)"
+
+
+def wiring_text(w: Mapping[str, Any]) -> str:
+    """One wiring check's finding: what was seen in every case, and what to check."""
+    check, n = w.get("check"), w.get("cases")
+    every = f"every case ({n})" if n != 1 else "the one case"
+    if check == "short_retrieval":
+        return (
+            f"the retriever returned fewer than depth {w['depth']} candidates in {every} (at most "
+            f"{w['most_returned']}): does it accept the depth Oloproof asks for? A LangChain retriever must take k: "
+            f"`{LANGCHAIN_K}`; otherwise lower depth or add documents"
+        )
+    if check == "no_label_match":
+        return (
+            f"no retrieved {w['unit']} of any labelled case ({n}) matches a relevance label "
+            f"(retrieved e.g. {w['retrieved_example']!r}, labels name e.g. {w['label_example']!r}): do the "
+            "retriever's ids match the ids in cases.jsonl? (a vector store makes random ids unless documents are "
+            "added with ids, or pass doc_id_key=)"
+        )
+    if check == "vacuous_citations":
+        return (
+            f"{w['criterion']} was observed on outputs citing nothing in {every} (output field {w['field']!r} "
+            "empty), so it checked nothing: does generate() return citations? Set `require_citations: true` on "
+            "the citation_validity evaluator to fail an answer that cites nothing"
+        )
+    if check == "identical_scores":
+        same = f" ({w['score']:g})" if isinstance(w.get("score"), (int, float)) else ""
+        return (
+            f"every candidate of {every} has the same score{same}: is the embedding a mock (MockEmbedding scores "
+            "every node alike)? The ranking then carries no information"
+        )
+    return f"{check}: {dict(w)}"
+
+
+def wiring_texts(wiring: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The wiring findings of a run, one text each (the same words in the terminal, JSON readers and HTML)."""
+    return [wiring_text(w) for w in wiring]
+
+
+# ------------------------------------------------------------------ triage in the terminal
+
+
+def runs_line(r: RunRow) -> str:
+    """One run of `oloproof runs`: id, status, start, system, cases, headline metric, and its kind."""
+    cases = f"{r.cases if r.cases is not None else '?'} case{'' if r.cases == 1 else 's'}"
+    headline = ""
+    if r.headline is not None:
+        name, m = r.headline
+        headline = f"  {name} {fmt_estimate(m)}"
+    marks = []
+    if r.child:
+        marks.append(f"child run ({r.purpose})")
+    if r.partial:
+        marks.append(f"{r.partial}: part of the suite")
+    if r.started_only:
+        marks.append("not finished: run.json holds only its start header")
+    kind = f"  [{'; '.join(marks)}]" if marks else ""
+    return (
+        f"{r.run_id}  {r.status or '?':<10}  {r.started_at or '':<24}  {r.system} {r.version or ''}  {cases}"
+        f"{headline}{kind}"
+    )
+
+
+def failures_lines(view: RunView) -> list[str]:
+    """`oloproof inspect RUN --failures`: one line per failed, errored or missing case and what failed."""
+    failed = view.failed
+    n = view.case_count
+    head = f"Run {view.run_id} · {n} case{'' if n == 1 else 's'} · {len(failed)} failed"
+    if not failed:
+        return [head, "No case failed"]
+    width = max(len(f.id) for f in failed)
+    lines = [head]
+    lines += [f"  {f.id:<{width}}  {'; '.join(f.what)}" for f in failed]
+    lines.append(f"One case whole: oloproof inspect {view.run_id} --case {failed[0].id}")
+    return lines
+
+
+def _clip(value: Any, width: int = 100) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _score(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else ("—" if v is None else str(v))
+
+
+def case_detail_lines(d: CaseDetail) -> list[str]:
+    """`oloproof inspect RUN --case ID`: the case whole, from its input to each verdict and its reason."""
+    verdict = f"FAILED: {'; '.join(d.failed)}" if d.failed else "passed"
+    lines = [f"Case {d.id} · run {d.run_id} · {verdict}", f"Input: {_clip(d.input, 200)}"]
+    question = d.input.get("question") if isinstance(d.input, Mapping) else d.input
+    if d.query is not None and d.query != question:
+        lines.append(f"Query: {_clip(d.query, 200)}")
+    if d.expected:
+        lines.append(f"Expected: {_clip(d.expected, 200)}")
+    if d.metadata:
+        lines.append(f"Metadata: {_clip(d.metadata)}")
+    if d.error:
+        lines.append(f"Error in {d.error.get('stage') or 'the system'}: {d.error.get('message')}")
+    if d.ladder is None:
+        lines.append("Retrieval: none recorded")
+    else:
+        labelled = any(r.grade is not None for r in d.ladder)
+        lines.append(
+            f"Retrieval: {len(d.ladder)} of depth {d.depth}, top-k {d.top_k}"
+            + (" (* relevant)" if labelled else " (the case has no relevance labels)")
+        )
+        cut_shown = False
+        for r in d.ladder:
+            if not cut_shown and isinstance(d.top_k, int) and isinstance(r.position, int) and r.position > d.top_k:
+                lines.append(f"  ---- top-k cut ({d.top_k}): below, not given to generate ----")
+                cut_shown = True
+            unit = f"{r.doc_id}" + (f"#{r.chunk_id}" if r.chunk_id else "")
+            mark = "*" if r.grade else " "
+            state = f"dropped ({r.reason})" if r.state == "dropped" else r.state
+            lines.append(f"  {mark}{r.position!s:>3}  {unit}  score {_score(r.score)}  {state}  {_clip(r.text, 60)}")
+    n = len(d.context)
+    lines.append(
+        f"Context: {n} passage{'' if n == 1 else 's'}"
+        + (" (truncated by the token budget)" if d.context_truncated else "")
+    )
+    lines += [f"  [{r.position}] {r.doc_id}: {_clip(r.text, 200)}" for r in d.context]
+    lines.append(f"Output: {_clip(d.output, 300)}")
+    lines.append("Verdicts:")
+    width = max((len(v.name) for v in d.verdicts), default=0)
+    for v in d.verdicts:
+        part = "asserts " if v.asserts else "measured"
+        if v.status == "observed":
+            outcome = "FAIL" if v.failed else ("pass" if (v.value or 0) >= 1.0 else "")
+            actual = _score(v.actual) if isinstance(v.actual, float) else _clip(v.actual, 80)
+            lines.append(
+                f"  {v.name:<{width}}  {outcome:<4}  {_score(v.value):<6}  {part}  "
+                f"expected {_clip(v.expected, 80)} · got {actual}"
+            )
+        else:
+            lines.append(f"  {v.name:<{width}}  {v.status} ({v.reason})  {part}")
+    repeats = repeat_row_lines(d.repeats)
+    if repeats:
+        lines.append(f"Repeats: {len(repeats)}")
+        lines += repeats
     return lines

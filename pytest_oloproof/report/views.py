@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pytest_oloproof.diagnose.labels import REPLAYS, all_missing
-from pytest_oloproof.records.access import asserting
+from pytest_oloproof.evaluators.retrieval import qrels_of
+from pytest_oloproof.records.access import asserting, relevance_unit
 
 if TYPE_CHECKING:
     from pytest_oloproof.diagnose.diagnosis import Result
@@ -213,6 +214,8 @@ class RunView:
     corrected: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: flaky cases and the variance split of a run with repeats (`repeats: N`), else None
     repeats: RepeatsView | None = None
+    #: wiring checks whose sign held in every case (evaluate/wiring.py)
+    wiring: Sequence[Mapping[str, Any]] = ()
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> RunView:
@@ -238,6 +241,7 @@ class RunView:
             record=record,
             corrected=record.get("corrected") or {},
             repeats=RepeatsView.of(record),
+            wiring=record.get("wiring") or [],
         )
 
     @property
@@ -247,6 +251,203 @@ class RunView:
     @property
     def failed(self) -> list[FailedCase]:
         return failed_cases(self.record)
+
+
+# ------------------------------------------------------------------ the runs of a store
+
+
+def headline_criterion(record: Mapping[str, Any]) -> str | None:
+    """The metric a run is known by: its first pass/fail criterion (as diagnose picks it), else its first metric."""
+    metrics = record.get("metrics") or {}
+    for e in record.get("evaluators") or []:
+        if isinstance(e, Mapping) and e.get("asserts") and e.get("criterion") in metrics:
+            return str(e["criterion"])
+    return next(iter(metrics), None)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run in `oloproof runs`: who, when, how many cases, its headline metric, and what kind of run it is."""
+
+    run_id: str
+    status: str | None
+    purpose: str
+    started_at: str | None
+    system: Any
+    version: Any
+    cases: int | None
+    #: the headline criterion and its metric (None before the run finished, or without evaluators)
+    headline: tuple[str, Mapping[str, Any]] | None
+    #: a diagnosis's child run (a re-execution under an intervention), not a run of its own
+    child: bool
+    #: a run of only part of the suite: status `partial` (a shard's `shard`, e.g. "1/4", when recorded)
+    partial: str | None
+    started_only: bool
+
+    @classmethod
+    def of(cls, run_id: str, header: Mapping[str, Any], *, started_only: bool, cases: int | None) -> RunRow:
+        system = header.get("system") or {}
+        name = headline_criterion(header)
+        metric = (header.get("metrics") or {}).get(name) if name else None
+        shard = header.get("shard")
+        partial = None
+        if header.get("status") == "partial" or shard is not None:
+            partial = f"shard {shard}" if isinstance(shard, (str, int)) else "partial"
+        return cls(
+            run_id=run_id,
+            status=header.get("status"),
+            purpose=str(header.get("purpose", "run")),
+            started_at=header.get("started_at"),
+            system=system.get("name"),
+            version=system.get("version"),
+            cases=cases,
+            headline=(name, metric) if name and isinstance(metric, Mapping) else None,
+            child=header.get("purpose", "run") != "run",
+            partial=partial,
+            started_only=started_only,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "purpose": self.purpose,
+            "started_at": self.started_at,
+            "system": self.system,
+            "version": self.version,
+            "cases": self.cases,
+            "headline": None if self.headline is None else {"criterion": self.headline[0], **self.headline[1]},
+            "child": self.child,
+            "partial": self.partial,
+        }
+
+
+# ------------------------------------------------------------------ one case whole
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    """One retrieved candidate: its rank, ids, score, relevance grade and what became of it."""
+
+    position: Any
+    doc_id: Any
+    chunk_id: Any
+    score: Any
+    #: the candidate's relevance grade under the run's relevance unit (None: the case has no labels)
+    grade: int | None
+    #: "context", "dropped" (by assembly, with `reason`), "below" (the top-k cut) or "not in context"
+    state: str
+    reason: str | None
+    text: str | None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One criterion of a case: its status, value, what was expected and seen, why it has no value, and its part."""
+
+    name: str
+    status: str
+    value: Any
+    expected: Any
+    actual: Any
+    reason: str | None
+    asserts: bool
+
+    @property
+    def failed(self) -> bool:
+        return self.asserts and (self.status == "missing" or (self.status == "observed" and (self.value or 0) < 1.0))
+
+
+@dataclass(frozen=True)
+class CaseDetail:
+    """One case whole (`oloproof inspect RUN --case ID`): input, the retrieval ladder, context, output, verdicts."""
+
+    run_id: Any
+    id: str
+    input: Any
+    query: Any
+    expected: Any
+    metadata: Any
+    depth: Any
+    top_k: Any
+    ladder: Sequence[LadderRow] | None
+    context: Sequence[LadderRow]
+    context_truncated: bool
+    output: Any
+    verdicts: Sequence[Verdict]
+    error: Mapping[str, Any] | None
+    cache: Mapping[str, Any]
+    failed: Sequence[str]
+    #: every repeat of the case (`repeats: N`); empty for a run without repeats
+    repeats: Sequence[RepeatRow] = ()
+
+    @classmethod
+    def of(cls, record: Mapping[str, Any], case: Mapping[str, Any]) -> CaseDetail:
+        system = record.get("system") or {}
+        top_k = system.get("top_k")
+        unit = relevance_unit(record)
+        expected = case.get("expected")
+        relevant = expected.get("relevant") if isinstance(expected, Mapping) else None
+        try:
+            qrels = qrels_of(relevant, unit) if relevant else None  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            qrels = None
+        in_context = set(case.get("context") or [])
+        dropped = {d.get("position"): d.get("reason") for d in case.get("dropped") or [] if isinstance(d, Mapping)}
+        ladder: list[LadderRow] | None = None
+        if isinstance(case.get("retrieval"), list):
+            ladder = []
+            for c in case["retrieval"]:
+                pos = c.get("position")
+                key = (c.get("doc_id"), c.get("chunk_id")) if unit == "chunk" else c.get("doc_id")
+                if pos in in_context:
+                    state, reason = "context", None
+                elif pos in dropped:
+                    state, reason = "dropped", str(dropped[pos] or "dropped")
+                elif isinstance(top_k, int) and isinstance(pos, int) and pos > top_k:
+                    state, reason = "below", None
+                else:
+                    state, reason = "not in context", None
+                grade = None if qrels is None else int(qrels.get(key, 0))
+                ladder.append(
+                    LadderRow(
+                        pos, c.get("doc_id"), c.get("chunk_id"), c.get("score"), grade, state, reason, c.get("text")
+                    )
+                )
+        asserts = set(asserting(record))
+        verdicts = [
+            Verdict(
+                name,
+                str(c.get("status")),
+                c.get("value"),
+                c.get("expected"),
+                c.get("actual"),
+                c.get("reason"),
+                name in asserts,
+            )
+            for name, c in (case.get("criteria") or {}).items()
+            if isinstance(c, Mapping)
+        ]
+        failed = next((f.what for f in failed_cases({**record, "cases": [case]})), [])
+        return cls(
+            run_id=record.get("run_id"),
+            id=str(case.get("id")),
+            input=case.get("input"),
+            query=case.get("query"),
+            expected=expected,
+            metadata=case.get("metadata"),
+            depth=system.get("depth"),
+            top_k=top_k,
+            ladder=ladder,
+            context=[r for r in ladder or [] if r.state == "context"],
+            context_truncated=bool(case.get("context_truncated")),
+            output=case.get("output"),
+            verdicts=verdicts,
+            error=case.get("error"),
+            cache=case.get("cache") or {},
+            failed=failed,
+            repeats=case_repeats(case),
+        )
 
 
 # ------------------------------------------------------------------ a diagnosis
@@ -308,6 +509,31 @@ class DiagnosisView:
 
 
 @dataclass(frozen=True)
+class FlippedGroup:
+    """The cases of one criterion that moved one way between baseline and candidate."""
+
+    criterion: str
+    #: "regressed", "improved" or "changed" (a graded value that moved)
+    key: str
+    direction: str
+    ids: Sequence[str]
+
+
+FLIP_DIRECTIONS = (("regressed", "pass → fail"), ("improved", "fail → pass"), ("changed", "value changed"))
+
+
+def flipped_groups(doc: Mapping[str, Any]) -> list[FlippedGroup]:
+    """A comparison's flipped cases per criterion and direction, regressions first (empty groups left out)."""
+    out = []
+    for key, direction in FLIP_DIRECTIONS:
+        for name, c in (doc.get("criteria") or {}).items():
+            ids = [i if isinstance(i, str) else str(i.get("id", i)) for i in c.get(key) or []]
+            if ids:
+                out.append(FlippedGroup(name, key, direction, ids))
+    return out
+
+
+@dataclass(frozen=True)
 class ComparisonView:
     """Two runs compared: paired differences per criterion, the cases not paired, cost, slices, decisions, gate."""
 
@@ -356,6 +582,11 @@ class ComparisonView:
             exit_code=doc.get("exit_code"),  # type: ignore[arg-type]
             doc=doc,
         )
+
+    @property
+    def flipped(self) -> list[FlippedGroup]:
+        """The paired cases whose value changed, per criterion: what `compare` and the HTML page list."""
+        return flipped_groups(self.doc)
 
     @property
     def mixed_scopes(self) -> bool:
