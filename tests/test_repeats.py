@@ -448,3 +448,25 @@ def test_diagnose_labels_cases_unstable_across_repeats_without_re_running_them(p
     shown = cli(root, "diagnose", "latest", "--criterion", "answer_correct")
     assert "UNSTABLE: 2 of 3, verdicts differ across the run's repeats (not re-run); not diagnosed" in shown.stdout
     assert "Control: 0 of 1 passed when re-executed without the intervention" in shown.stdout
+
+
+def test_a_run_whose_repeats_never_differ_says_more_repeats_would_not_help() -> None:
+    """A deterministic system run with repeats: no split to show, and the summary says what that means."""
+    from pytest_oloproof.report.text import repeats_lines
+    from pytest_oloproof.report.views import RepeatsView
+    from pytest_oloproof.stats.repeats import repeats_summary
+
+    cases = [
+        {"id": f"c{i}", "criteria": {"answer_correct": {"status": "observed", "value": float(i % 2)}}} for i in range(4)
+    ]
+    for c in cases:
+        value = c["criteria"]["answer_correct"]["value"]
+        c["repeats"] = [
+            {"repeat": r, "criteria": {"answer_correct": {"status": "observed", "value": value}}} for r in range(3)
+        ]
+    summary = repeats_summary(cases, ["answer_correct"], 3)
+    view = RepeatsView.of({"repeat_summary": summary, "counts": {"cases": 4}})
+    lines = repeats_lines(view)
+    assert lines[0] == "Repeats: 3 per case · flaky cases (a verdict differs across repeats): 0 of 4"
+    assert "No criterion varies within a case: more repeats would not narrow any interval" in lines
+    assert not any(line.startswith("Variance of") for line in lines)

@@ -233,6 +233,8 @@ def repeats_lines(view: RepeatsView | None) -> list[str]:
     ]
     for name, ids in view.flaky.items():
         lines.append(f"  {name}: {', '.join(ids)}")
+    if not view.variance:
+        lines.append("No criterion varies within a case: more repeats would not narrow any interval")
     for v in view.variance:
         lines.append(
             f"Variance of {v.criterion} (Miller 2024): between cases {v.between:.4f}, within a case {v.within:.4f}"
