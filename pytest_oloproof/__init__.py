@@ -1,4 +1,8 @@
-"""Oloproof: evaluate RAG systems with pytest, and learn why an answer was wrong."""
+"""Oloproof: evaluate RAG systems with pytest, and learn why an answer was wrong.
+
+PYTEST_DONT_REWRITE: the package holds no test assertions, and `oloproof run` imports it before pytest starts,
+so pytest would otherwise warn that it cannot rewrite it (in a wheel or `pip install .`).
+"""
 
 from __future__ import annotations
 

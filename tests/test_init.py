@@ -95,3 +95,44 @@ def test_suite_capacity_against_clopper_pearson_by_hand() -> None:
         "cases": 6,
         "max_failures": 0,
     }
+
+
+@pytest.mark.slow
+def test_a_built_wheel_installs_runs_init_and_gives_no_rewrite_warning(tmp_path: Path) -> None:
+    """The install story for CI: a wheel built from the checkout, installed in a fresh venv, carries the init
+    templates, and `oloproof run` gives no PytestAssertRewriteWarning (it imports the package before pytest
+    starts; the package holds no assertions and says PYTEST_DONT_REWRITE)."""
+    root = Path(__file__).resolve().parents[1]
+    wheels = tmp_path / "wheels"
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheels), str(root)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stderr
+    (wheel,) = wheels.glob("pytest_oloproof-*.whl")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    installed = subprocess.run(
+        [str(py), "-m", "pip", "install", "-q", str(wheel)], capture_output=True, text=True, timeout=900
+    )
+    assert installed.returncode == 0, installed.stderr
+    # the first run from the fresh install is the one that warned
+    assert oloproof(tmp_path, "init", "demo").returncode == 0
+    run = subprocess.run(
+        [str(venv / "bin" / "oloproof"), "run", "-p", "no:cacheprovider"],
+        cwd=tmp_path / "demo",
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "6 passed" in run.stdout
+    assert "PytestAssertRewriteWarning" not in run.stdout + run.stderr
+    made = subprocess.run(
+        [str(venv / "bin" / "oloproof"), "init", "again"], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert made.returncode == 0, made.stdout + made.stderr  # the wheel carries the init templates
+    assert (tmp_path / "again" / "app.py").is_file()
