@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES = [
     "compare",
     "diagnose",
     "gate",
+    "init",
     "judge_probe",
     "labels",
     "merge",
@@ -50,6 +51,7 @@ def test_the_front_door_lists_the_subcommands_and_core_builds_without_them() -> 
     from pytest_oloproof.cli import SUBCOMMANDS, core
 
     assert [s.name for s in SUBCOMMANDS] == [
+        "init",
         "compare",
         "gate",
         "plan",

@@ -195,7 +195,7 @@ def test_the_documentation_site_prints_what_the_program_prints(walk: dict[str, s
     assert len(tables) >= 2  # the tour and the metrics table
     for table in tables:
         assert_printed(table, walk["run"])
-    (decisions,) = [b for b in blocks(text) if b[0] == "Decisions" and "answers-not-worse" in b[1]]
+    (decisions,) = [b for b in blocks(text) if b[:2] == ["Gate: BLOCK (exit 3)", "Decisions"] and "answers-not" in b[2]]
     assert_printed(decisions, walk["compare"])
     assert_printed([x for x in decisions if x.startswith("    ")], walk["plan_comparison"])  # `plan` prints them
     (release,) = [b for b in blocks(text) if b[0].startswith("Decision sha256:")]

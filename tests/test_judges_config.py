@@ -266,9 +266,9 @@ def test_both_judges_run_validate_and_gate_from_yaml(
         )
         gated.stdout.fnmatch_lines(
             [
+                "Gate: PASS (exit 0)",
                 "*grounded-not-worse  grounded  *PASS*",
                 "*citations-not-worse  citations_supported  *PASS*",
-                "Gate: PASS (exit 0)",
             ]
         )
         assert gated.ret == 0

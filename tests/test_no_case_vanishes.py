@@ -368,7 +368,7 @@ def test_every_selected_case_is_recorded_whatever_fails(
     assert by_id["ok_unlabelled"]["criteria"]["hit_rate_at_2"]["status"] == "excluded"
     assert record["counts"]["internal_errors"] == 1
     result.stdout.fnmatch_lines(
-        ["*System errors: 6 case(s) missing for every criterion*", "*Internal errors: 1 case(s) hit an error inside*"]
+        ["*System errors: 6 cases missing for every criterion*", "*Internal errors: 1 case(s) hit an error inside*"]
     )
 
 

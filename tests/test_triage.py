@@ -107,20 +107,23 @@ def test_runs_show_the_headline_metric_and_mark_child_and_partial_runs(project: 
     diagnose = oloproof(project, "diagnose", "latest")
     assert diagnose.returncode == 0, diagnose.stderr
     assert "Cases by label:" in diagnose.stdout
-    # a shard's run: its run.json names the shard (status `partial` comes with the shards work; both are marked)
-    runs_dir = store / "runs" / first
-    header = json.loads((runs_dir / "run.json").read_text())
-    header["shard"] = "1/2"
-    (runs_dir / "run.json").write_text(json.dumps(header))
+    # a shard's run is recorded `partial` with its shard, and marked
+    sharded = oloproof(project, "run", "--oloproof-shard", "1/2", "-p", "no:cacheprovider")
+    assert sharded.returncode in (0, 1), sharded.stdout + sharded.stderr
+    shard_run = run_records(store)[-1]
+    assert shard_run["status"] == "partial" and shard_run["shard"] == {"index": 1, "count": 2}
     lines = oloproof(project, "runs").stdout.splitlines()
     mine = next(x for x in lines if x.startswith(first))
-    assert "5 cases  answer_correct 75.0%" in mine and "[shard 1/2: part of the suite]" in mine
-    children = [x for x in lines if not x.startswith(first)]
+    assert "5 cases  answer_correct 75.0%" in mine and "part of the suite" not in mine
+    part = next(x for x in lines if x.startswith(shard_run["run_id"]))
+    assert "partial" in part and "[shard 1/2: part of the suite]" in part
+    children = [x for x in lines if not x.startswith((first, shard_run["run_id"]))]
     assert len(children) == 2 and all("[child run (diagnosis-" in x for x in children)
     assert all("1 case " in x for x in children)  # the one diagnosable failure: one case, not "1 cases"
     doc = json.loads(oloproof(project, "runs", "--json").stdout)
     row = next(r for r in doc["runs"] if r["run_id"] == first)
-    assert row["headline"]["criterion"] == "answer_correct" and row["partial"] == "shard 1/2"
+    assert row["headline"]["criterion"] == "answer_correct" and row["partial"] is None
+    assert next(r for r in doc["runs"] if r["run_id"] == shard_run["run_id"])["partial"] == "shard 1/2"
 
 
 def test_latest_goes_wherever_a_run_id_goes(project: Path, pytester: pytest.Pytester) -> None:

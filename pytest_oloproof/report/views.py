@@ -280,7 +280,7 @@ class RunRow:
     headline: tuple[str, Mapping[str, Any]] | None
     #: a diagnosis's child run (a re-execution under an intervention), not a run of its own
     child: bool
-    #: a run of only part of the suite: status `partial` (a shard's `shard`, e.g. "1/4", when recorded)
+    #: a run of only part of the suite: status `partial` ("shard 1/4" for a shard's run)
     partial: str | None
     started_only: bool
 
@@ -292,7 +292,10 @@ class RunRow:
         shard = header.get("shard")
         partial = None
         if header.get("status") == "partial" or shard is not None:
-            partial = f"shard {shard}" if isinstance(shard, (str, int)) else "partial"
+            if isinstance(shard, Mapping) and {"index", "count"} <= shard.keys():
+                partial = f"shard {shard['index']}/{shard['count']}"
+            else:
+                partial = "partial"
         return cls(
             run_id=run_id,
             status=header.get("status"),
