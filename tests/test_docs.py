@@ -106,15 +106,7 @@ def test_no_page_installs_this_project_from_the_package_index() -> None:
     assert "pip install -e . ci/wheels/pytest_oloproof-0.1.0-py3-none-any.whl" in recipe
 
 
-def _has_init() -> bool:
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest_oloproof.cli", "init", "--help"], capture_output=True, text=True, env=env()
-    )
-    return proc.returncode == 0
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _has_init(), reason="`oloproof init` is not in this build yet (it comes with issue 27 item 1)")
 def test_the_getting_started_commands_run_in_a_fresh_folder(tmp_path: Path) -> None:
     page = (DOCS / "getting-started.md").read_text(encoding="utf-8")
     blocks = fenced(page, "bash")
