@@ -315,3 +315,18 @@ def test_an_edited_probe_document_is_an_error_naming_its_file(tmp_path: Path) ->
     )
     assert r.returncode == 2 and "judge_probes" in r.stderr and "cases" in r.stderr, r.stderr
     assert "remove the file and run `oloproof judge probe` again" in r.stderr
+
+
+def test_the_flip_rate_interval_is_printed_rounded_outward() -> None:
+    """Like every printed interval, the flip rate's never claims more than the data: 0 of 13 has an exact upper
+    bound of 24.705%, printed 24.8% (plain rounding would print 24.7%, a bound the data does not reach)."""
+    from scipy.stats import binomtest
+
+    from pytest_oloproof.report.text import judge_probe_summary
+
+    iv = binomtest(0, 13).proportion_ci(method="exact")
+    doc = {"times": 3, "flip_rate": {"flipped": 0, "of": 13, "rate": 0.0, "low": iv.low, "high": iv.high,
+                                     "confidence": 0.95}}  # fmt: skip
+    assert judge_probe_summary(doc) == (
+        "verdict flipped on 0 of 13 cases asked 4 times: 0.0% [0.0%, 24.8%] (95% Clopper–Pearson)"
+    )

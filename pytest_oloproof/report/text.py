@@ -809,17 +809,15 @@ def confusion_lines(confusion: Mapping[str, Any] | None) -> list[str]:
 # ------------------------------------------------------------------ a judge probe
 
 
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{100 * x:.1f}%"
-
-
 def judge_probe_summary(doc: Mapping[str, Any]) -> str:
-    """`flipped on 2 of 13 cases re-asked 3 times: 15.4% [1.9%, 45.4%]` (95% Clopper–Pearson)."""
+    """`flipped on 2 of 13 cases re-asked 3 times: 15.4% [1.9%, 45.4%]` (95% Clopper–Pearson, rounded outward
+    like every printed interval)."""
     r = doc["flip_rate"]
+    rate = "n/a" if r["rate"] is None else pct(r["rate"])
+    interval = "[n/a]" if r["low"] is None or r["high"] is None else fmt_interval("rate", r["low"], r["high"])
     return (
         f"verdict flipped on {r['flipped']} of {r['of']} cases asked {doc['times'] + 1} times: "
-        f"{_pct(r['rate'])} [{_pct(r['low'])}, {_pct(r['high'])}] "
-        f"({100 * r['confidence']:g}% Clopper–Pearson)"
+        f"{rate} {interval} ({100 * r['confidence']:g}% Clopper–Pearson)"
     )
 
 
