@@ -21,7 +21,13 @@ from pytest_oloproof.engine.setup import RunSetup
 from pytest_oloproof.errors import ConfigError
 from pytest_oloproof.evaluators.base import ContextPassage, EvalInput
 from pytest_oloproof.evaluators.judges import GroundednessJudge
-from pytest_oloproof.evaluators.pacing import AdaptiveConcurrency, RateLimiter, backoff_delay
+from pytest_oloproof.evaluators.pacing import (
+    AdaptiveConcurrency,
+    LearnedWindow,
+    RateLimiter,
+    backoff_delay,
+    shared_window,
+)
 from pytest_oloproof.evaluators.providers import OpenAIProvider
 from tests.judge_server import Recorded, Reply, ScriptedServer
 
@@ -197,6 +203,148 @@ def test_slots_block_at_the_limit_and_free_on_release() -> None:
     assert entered.wait(5)
     b.__exit__(None, None, None)
     t.join(5)
+
+
+# ------------------------------------------------------------------ the endpoint's learned window
+
+
+def _sends(window: LearnedWindow, now: list[float], at: float, n: int) -> list[Any]:
+    now[0] = at
+    sends = [window.acquire() for _ in range(n)]
+    for send in sends:
+        window.sent(send)
+    return sends
+
+
+def _end(window: LearnedWindow, now: list[float], at: float, sends: list[Any], status: int) -> None:
+    now[0] = at
+    for send in sends:
+        window.release(send, status, 1.0 if status == 429 else None)
+
+
+def test_the_window_is_what_the_endpoint_accepted_when_it_refused_once_every_earlier_reply_is_in() -> None:
+    now = [0.0]
+    window = LearnedWindow(clock=lambda: now[0])
+    first = _sends(window, now, 0.0, 3)
+    _end(window, now, 0.2, first[:2], 200)
+    second = _sends(window, now, 0.3, 3)
+    _end(window, now, 0.31, second[:1], 429)
+    assert window.cap is None  # three requests sent before the refusal have no reply yet: not known
+    _end(window, now, 0.4, first[2:] + second[1:2], 200)
+    assert window.cap is None
+    _end(window, now, 0.5, second[2:], 429)  # the last reply: learned
+    assert window.cap == 4 and window.window_s == 1.0 and window.learned == 1
+    later = _sends(window, now, 1.5, 1)
+    _end(window, now, 1.51, later, 429)  # a refusal under the cap: timing first (the margin widens)
+    assert window.cap == 4 and window.margin_s == pytest.approx(0.002)
+
+
+def test_a_refusal_while_every_accepted_request_is_in_flight_teaches_nothing() -> None:
+    """A limit on requests at once refuses the third of three sent together before any reply: that is not a
+    per-window count, and learning one would pace the endpoint at 2 requests a second."""
+    now = [0.0]
+    window = LearnedWindow(clock=lambda: now[0])
+    sends = _sends(window, now, 0.0, 3)
+    _end(window, now, 0.001, sends[2:], 429)
+    _end(window, now, 0.2, sends[:2], 200)
+    assert window.cap is None and window.learned == 0
+    assert window.acquire() is not None  # nothing holds the next request
+
+
+def test_refusals_at_the_cap_widen_the_margin_to_a_fiftieth_of_the_window_then_lower_the_cap() -> None:
+    now = [0.0]
+    window = LearnedWindow(clock=lambda: now[0])
+    early = _sends(window, now, 0.0, 2)
+    _end(window, now, 0.2, early[:1], 200)
+    straggler = window.acquire()  # given its turn before the refusal, sent while the window is learned
+    _end(window, now, 0.31, _sends(window, now, 0.3, 1), 429)
+    now[0] = 0.32
+    window.sent(straggler)
+    _end(window, now, 0.5, early[1:], 200)  # every request sent before the refusal came back is answered
+    assert window.cap == 2  # the straggler, sent after it, may have found room the window made since: not counted
+    _end(window, now, 0.6, [straggler], 200)
+    assert window.cap == 2 and window.margin_s == pytest.approx(0.001)
+    first, second = _sends(window, now, 1.5, 1), _sends(window, now, 1.6, 1)
+    _end(window, now, 1.61, first, 429)  # timing: the margin doubles
+    _end(window, now, 1.7, second, 429)  # sent before that change: an echo of it, no change
+    assert window.cap == 2 and window.margin_s == pytest.approx(0.002)
+    t = 2.0
+    margins = []
+    for _ in range(5):
+        t += 2.0
+        _end(window, now, t + 0.01, _sends(window, now, t, 1), 429)
+        margins.append(round(window.margin_s, 3))
+    assert margins == [0.004, 0.008, 0.016, 0.02, 0.02]  # doubled up to a fiftieth of the window
+    assert window.cap == 1  # the last refusal, with 20 ms to spare: the limit fell
+
+
+def test_a_probe_that_holds_makes_the_next_twice_as_large_and_a_refused_one_takes_the_cap_back() -> None:
+    now = [0.0]
+    window = LearnedWindow(probe_windows=5.0, clock=lambda: now[0])
+    early = _sends(window, now, 0.0, 2)
+    _end(window, now, 0.2, early, 200)
+    _end(window, now, 0.3, _sends(window, now, 0.3, 1), 429)
+    assert window.cap == 2
+    full = _sends(window, now, 9.0, 2)  # the window is full at the cap, and 5 windows have passed: a probe
+    probe = _sends(window, now, 9.1, 1)
+    assert window.cap == 3 and window.limit == 2  # on trial
+    _end(window, now, 9.2, full + probe, 200)
+    _end(window, now, 10.2, _sends(window, now, 10.15, 1), 200)  # a window at 3 without a refusal: it held
+    assert window.cap == 3 and window.limit == 3
+    full = _sends(window, now, 15.0, 3)  # full again 5 windows after the last probe: this one tries +2
+    probe = _sends(window, now, 15.1, 1)
+    assert window.cap == 5
+    _end(window, now, 15.2, full, 200)
+    _end(window, now, 15.2, probe, 429)  # refused: back to 3, the next probe +1 and 10 windows away
+    assert window.cap == 3 and window.probe_windows == 10.0
+
+
+def test_a_learned_window_holds_a_request_until_the_oldest_accepted_one_leaves_it() -> None:
+    """Real time: with 2 accepted a window of 0.3 s, the third request of a new window waits for the first
+    to age out (a lower bound only: a slow machine waits longer, never less)."""
+    window = LearnedWindow()
+    early = [window.acquire() for _ in range(2)]
+    for send in early:
+        window.release(send, 200, None)
+    refused = window.acquire()
+    window.release(refused, 429, 0.3)
+    assert window.cap == 2 and window.window_s == 0.3
+    first, second = window.acquire(), window.acquire()
+    third = window.acquire()
+    assert third.at - first.at >= 0.3
+    for send in (first, second, third):
+        window.release(send, 200, None)
+
+
+def test_a_sessions_end_forgets_the_learned_windows() -> None:
+    """A limit learned in one session does not pace the next (the endpoint may have changed, or the port
+    now belongs to another server)."""
+    from pytest_oloproof.evaluators.providers import close_clients
+
+    key = ("http://127.0.0.1:9/v1", "forgotten", "")
+    window = shared_window(key)
+    early = window.acquire()
+    window.release(early, 200, None)
+    window.release(window.acquire(), 429, 1.0)
+    assert shared_window(key).cap == 1
+    close_clients()
+    assert shared_window(key) is not window and shared_window(key).cap is None
+
+
+@pytest.mark.slow
+def test_after_its_first_429_the_client_stays_inside_the_endpoints_window() -> None:
+    """60 verdicts from 8 threads at a server allowing 10 requests a second: once the first refusals have
+    taught the window, requests wait for a turn in it. Before, the client went on crossing the limit (a
+    429 costs that request at least Retry-After: 1 s): 20 to 30 refusals a run, against at most 8 here
+    (the first second's) and a few of timing."""
+    window = Window(per_s=10, reply_s=0.05)
+    with ScriptedServer(responder=window) as server:
+        j = judge(server, concurrency=8, model="learned")
+        with ThreadPoolExecutor(8) as pool:
+            values = list(pool.map(j.evaluate, [case(i) for i in range(60)]))
+    assert [v.reason for v in values if v.status != "observed"] == []
+    assert 0 < window.too_many <= 12
+    assert shared_window((server.base_url, "learned", "")).limit == 10
 
 
 # ------------------------------------------------------------------ the client-side rate limit

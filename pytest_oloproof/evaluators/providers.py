@@ -29,6 +29,7 @@ import time
 import weakref
 import zlib
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
@@ -36,7 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pytest_oloproof.errors import ConfigError, OloproofError
 from pytest_oloproof.records import redaction
 
-from .pacing import AdaptiveConcurrency, RateLimiter, backoff_delay, shared_limiter
+from .pacing import AdaptiveConcurrency, RateLimiter, backoff_delay, forget_windows, shared_limiter, shared_window
 
 if TYPE_CHECKING:
     import ssl
@@ -64,10 +65,12 @@ _OPEN: weakref.WeakSet[OpenAIProvider] = weakref.WeakSet()
 
 
 def close_clients() -> None:
-    """Close the pooled HTTP client of every provider of this process (the session calls it at its end)."""
+    """Close the pooled HTTP client of every provider of this process (the session calls it at its end), and
+    forget the limits learned from 429s: the next session learns its own."""
     for provider in list(_OPEN):
         provider.close()
     _OPEN.clear()
+    forget_windows()
 
 
 class ProviderError(OloproofError):
@@ -199,8 +202,10 @@ class OpenAIProvider:
     uniform(0, `backoff_s * 2**attempt`) on top of the server's `Retry-After` (seconds), never more than
     `max_backoff_s` (`rng` draws the jitter: pass a seeded `random.Random` to repeat it). At most
     `concurrency` requests of this instance are in flight at once, fewer after a 429 (halved, then
-    climbing back one per round trip). `rate_limit` ({requests_per_second, tokens_per_minute}) paces
-    every request to this endpoint and model in the process. Requests go through one HTTP client per
+    climbing back one per round trip). After its first 429 the endpoint's own limit is learned (how many
+    requests it accepted in the Retry-After window) and every request waits for a turn in that window
+    (`pacing.LearnedWindow`). `rate_limit` ({requests_per_second, tokens_per_minute}) paces every request
+    to this endpoint and model in the process from the start. Requests go through one HTTP client per
     provider, made on first use and shared by threads (kept-alive connections, at most `concurrency`),
     closed by `close()` (the session closes every provider's at its end). `extra` is merged into the
     request body (e.g. ``max_tokens``, ``seed``) and is part of the identity.
@@ -247,6 +252,7 @@ class OpenAIProvider:
             rps, tpm = rate_limit.get("requests_per_second"), rate_limit.get("tokens_per_minute")
             key = (_redact_url(self.base_url), self.model, self.api_key_env or "")
             self._limiter = shared_limiter(key, rps, tpm)
+        self._window = shared_window((_redact_url(self.base_url), self.model, self.api_key_env or ""))
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
         self._closer: Callable[[], Any] = lambda: None
@@ -334,11 +340,19 @@ class OpenAIProvider:
         while attempt <= self.retries:
             retry_after: float | None = None
             try:
-                with self._slots.slot() as outcome:
-                    if self._limiter is not None:
-                        self._limiter.wait()
-                    status, reply_headers, data = self._post(url, body, headers)
-                    outcome(True if status == 200 else False if status == 429 else None)
+                send, status, told = self._window.acquire(), None, None  # a turn in the endpoint's learned window
+                try:
+                    with self._slots.slot() as outcome:
+                        if self._limiter is not None:
+                            self._limiter.wait()
+                        self._window.sent(send)
+                        status, reply_headers, data = self._post(url, body, headers, partial(self._window.sent, send))
+                        if status == 429:
+                            told = _retry_after(reply_headers.get("Retry-After"))
+                            told = None if told is None else min(told, self.max_backoff_s)
+                        outcome(True if status == 200 else False if status == 429 else None)
+                finally:
+                    self._window.release(send, status, told)
             except httpx.TimeoutException:
                 last = f"timed out after {self.timeout_s:g}s"
             except httpx.TransportError as exc:
@@ -372,8 +386,13 @@ class OpenAIProvider:
             attempt += 1
         raise ProviderError(f"{self.model} at {_redact_url(url)}: {last} (after {self.retries + 1} attempts)")
 
-    def _post(self, url: str, body: dict[str, Any], headers: dict[str, str]) -> tuple[int, httpx.Headers, bytes]:
+    def _post(
+        self, url: str, body: dict[str, Any], headers: dict[str, str], on_sent: Callable[[], None] | None = None
+    ) -> tuple[int, httpx.Headers, bytes]:
         """One attempt under one deadline of `timeout_s`: connecting, sending and every byte of the reply.
+
+        `on_sent` is called once the request's last byte is written (httpcore's public `trace` extension): the
+        moment the endpoint's rate window counts, after any new connection's handshake.
 
         httpx's timeouts bound each operation alone (a reply dripped one byte at a time never trips them);
         the pooled client's network layer bounds every operation by what is left of this deadline instead.
@@ -382,7 +401,15 @@ class OpenAIProvider:
 
         client = self._http()
         with deadline(self.timeout_s):
-            request = client.build_request("POST", url, json=body, headers=headers)
+            extensions: dict[str, Any] = {}
+            if on_sent is not None:
+
+                def trace(event: str, info: dict[str, Any]) -> None:
+                    if event.endswith("send_request_body.complete"):
+                        on_sent()
+
+                extensions["trace"] = trace
+            request = client.build_request("POST", url, json=body, headers=headers, extensions=extensions)
             response = client.send(request, stream=True)
             try:
                 limit = MAX_REPLY_BYTES if response.status_code == 200 else _ERROR_BODY_BYTES
