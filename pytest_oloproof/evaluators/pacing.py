@@ -189,12 +189,13 @@ class _Send:
 class LearnedWindow:
     """The endpoint's own rate limit, learned from its 429s: at most `cap` accepted sends in any `window_s`.
 
-    Off until the first 429. Then no new request is sent until every request already sent has its reply,
-    and `cap` becomes how many of those sent in the last R seconds were accepted (R: the 429's Retry-After,
-    1 s without one): what the endpoint held when it refused. From then on a request is sent only while
-    fewer than `cap` sends that were not refused lie in the last R seconds plus `margin_s` (the trip to the
-    endpoint varies), so the client keeps the endpoint's window full without crossing it, and a thread back
-    from a 429 finds a turn instead of another 429. A send counts from its last byte written (`sent`).
+    Off until the first 429. Then no new request is sent until every request sent before the refusal came
+    back has its reply, and `cap` becomes how many of those sent in the R seconds before it were accepted
+    (R: the 429's Retry-After, 1 s without one): what the endpoint held when it refused. From then on a
+    request is sent only while fewer than `cap` sends that were not refused lie in the last R seconds plus
+    `margin_s` (the trip to the endpoint varies), so the client keeps the endpoint's window full without
+    crossing it, and a thread back from a 429 finds a turn instead of another 429. A send counts from its
+    last byte written (`sent`).
 
     - A 429 while every accepted request was still in flight teaches nothing: that is also what a limit on
       requests at once looks like, which the concurrency limit handles.
