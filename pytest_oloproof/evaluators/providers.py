@@ -248,11 +248,11 @@ class OpenAIProvider:
         self._slots = AdaptiveConcurrency(self.concurrency)
         self.rng = rng if rng is not None else random.Random()
         self._limiter: RateLimiter | None = None
+        endpoint = (_redact_url(self.base_url), self.model, self.api_key_env or "")  # what a provider's limits count
         if rate_limit:
             rps, tpm = rate_limit.get("requests_per_second"), rate_limit.get("tokens_per_minute")
-            key = (_redact_url(self.base_url), self.model, self.api_key_env or "")
-            self._limiter = shared_limiter(key, rps, tpm)
-        self._window = shared_window((_redact_url(self.base_url), self.model, self.api_key_env or ""))
+            self._limiter = shared_limiter(endpoint, rps, tpm)
+        self._window = shared_window(endpoint)
         self._client: httpx.Client | None = None
         self._client_lock = threading.Lock()
         self._closer: Callable[[], Any] = lambda: None
@@ -340,18 +340,18 @@ class OpenAIProvider:
         while attempt <= self.retries:
             retry_after: float | None = None
             try:
-                send, status, told = self._window.acquire(), None, None  # a turn in the endpoint's learned window
+                send, status = self._window.acquire(), None  # a turn in the endpoint's learned window
                 try:
                     with self._slots.slot() as outcome:
                         if self._limiter is not None:
                             self._limiter.wait()
                         self._window.sent(send)
                         status, reply_headers, data = self._post(url, body, headers, partial(self._window.sent, send))
-                        if status == 429:
-                            told = _retry_after(reply_headers.get("Retry-After"))
-                            told = None if told is None else min(told, self.max_backoff_s)
+                        if status != 200:
+                            retry_after = _retry_after(reply_headers.get("Retry-After"))
                         outcome(True if status == 200 else False if status == 429 else None)
                 finally:
+                    told = None if retry_after is None else min(retry_after, self.max_backoff_s)
                     self._window.release(send, status, told)
             except httpx.TimeoutException:
                 last = f"timed out after {self.timeout_s:g}s"
@@ -366,7 +366,6 @@ class OpenAIProvider:
                 last = f"HTTP {status}" + (f": {snippet}" if snippet else "")
                 if status not in _RETRY_STATUSES:
                     raise ProviderError(f"{self.model} at {_redact_url(url)}: {last}")
-                retry_after = _retry_after(reply_headers.get("Retry-After"))
                 if status == 429:
                     busy, served = self._slots.served > served, self._slots.served
                     if busy and waits < MAX_THROTTLED_WAITS:
